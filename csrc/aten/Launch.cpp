@@ -1,0 +1,53 @@
+#include "csrc/aten/Launch.h"
+
+#include <c10/core/StorageImpl.h>
+#include <c10/core/TensorImpl.h>
+
+#include "csrc/runtime/NeuronException.h"
+#include "csrc/runtime/NeuronStream.h"
+#include "neuronrt/neuronrt.hpp"
+
+namespace torchneuron {
+namespace {
+
+void release_storage(void* ctx) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
+}
+
+}  // namespace
+
+at::Tensor cpu_alias(const at::Tensor& t) {
+  c10::StorageImpl* st = t.storage().unsafeGetStorageImpl();
+  c10::raw::intrusive_ptr::incref(st);
+  c10::DataPtr dp(const_cast<void*>(st->data()), st, &release_storage, c10::Device(c10::kCPU));
+  auto storage = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), st->nbytes(), std::move(dp),
+      /*allocator=*/nullptr, /*resizable=*/false);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(std::move(storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  if (t.is_conj()) impl->_set_conj(true);
+  if (t.is_neg()) impl->_set_neg(true);
+  return at::Tensor(std::move(impl));
+}
+
+at::Tensor neuron_view_like(const c10::Storage& storage, const at::Tensor& like) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.dtype());
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (like.is_conj()) impl->_set_conj(true);
+  if (like.is_neg()) impl->_set_neg(true);
+  return at::Tensor(std::move(impl));
+}
+
+void launch(c10::DeviceIndex device, const char* op_name, std::function<void()> fn) {
+  NEURON_TRY { neuronrt::launch(current_stream_handle(device), op_name, std::move(fn)); }
+  NEURON_CATCH
+}
+
+void sync_current_stream(c10::DeviceIndex device) {
+  NEURON_TRY { neuronrt::synchronize(current_stream_handle(device)); }
+  NEURON_CATCH
+}
+
+}  // namespace torchneuron

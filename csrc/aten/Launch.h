@@ -1,0 +1,28 @@
+// How neuron ops run: CPU aliases of device buffers, and launching work on
+// the current stream of a device.
+#pragma once
+
+#include <functional>
+
+#include <ATen/core/Tensor.h>
+
+namespace torchneuron {
+
+// A CPU tensor over the same memory as a neuron tensor (same sizes, strides,
+// storage offset). It keeps the neuron storage alive. Only for use inside
+// queued work or after the stream has been synchronized.
+at::Tensor cpu_alias(const at::Tensor& t);
+
+// A neuron tensor viewing `storage` (a neuron storage) with the metadata of
+// `like` (sizes, strides, storage offset, dtype, conj/neg bits).
+at::Tensor neuron_view_like(const c10::Storage& storage, const at::Tensor& like);
+
+// Enqueues `fn` on the current stream of `device`. op_name must outlive the
+// work (a literal or an operator's schema name). A failure inside fn is
+// reported at the next launch or synchronization on that stream.
+void launch(c10::DeviceIndex device, const char* op_name, std::function<void()> fn);
+
+// Waits for the current stream of `device` (for host reads of device data).
+void sync_current_stream(c10::DeviceIndex device);
+
+}  // namespace torchneuron

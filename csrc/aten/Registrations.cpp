@@ -1,0 +1,36 @@
+// Direct neuron registrations: one line per op. Everything not listed here
+// goes through the boxed fallback (Fallback.cpp).
+#include <torch/library.h>
+
+#include "csrc/aten/native/Copy.h"
+#include "csrc/aten/native/Factory.h"
+#include "csrc/aten/native/Random.h"
+#include "csrc/aten/native/Views.h"
+
+namespace torchneuron {
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // allocation and storage
+  m.impl("empty.memory_format", TORCH_FN(native::empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(native::empty_strided));
+  m.impl("resize_", TORCH_FN(native::resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(native::set_source_storage_offset));
+  m.impl("set_.source_Storage", TORCH_FN(native::set_source_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(native::set_source_tensor));
+  m.impl("set_", TORCH_FN(native::set_empty));
+  // copies and scalars
+  m.impl("_copy_from", TORCH_FN(native::_copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(native::_copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(native::_local_scalar_dense));
+  // views
+  m.impl("view", TORCH_FN(native::view));
+  m.impl("as_strided", TORCH_FN(native::as_strided));
+  m.impl("_reshape_alias", TORCH_FN(native::_reshape_alias));
+  m.impl("unfold", TORCH_FN(native::unfold));
+  m.impl("view_as_real", TORCH_FN(native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(native::view_as_complex));
+  // random ops whose CPU kernels would use the CPU generator
+  m.impl("native_dropout", TORCH_FN(native::native_dropout));
+}
+
+}  // namespace torchneuron

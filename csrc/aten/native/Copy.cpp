@@ -1,0 +1,142 @@
+#include "csrc/aten/native/Copy.h"
+
+#include <cstring>
+
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+
+#include "csrc/aten/Launch.h"
+#include "csrc/aten/OpStats.h"
+#include "csrc/runtime/NeuronException.h"
+#include "csrc/runtime/NeuronHostAllocator.h"
+#include "csrc/runtime/NeuronStream.h"
+
+namespace torchneuron::native {
+namespace {
+
+bool is_neuron(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+
+// Same dtype, same shape, and both dense with identical strides: one memcpy.
+bool plain_bytes(const at::Tensor& a, const at::Tensor& b) {
+  return a.dtype() == b.dtype() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
+         a.is_non_overlapping_and_dense() && a.is_conj() == b.is_conj() &&
+         a.is_neg() == b.is_neg();
+}
+
+const void* first_byte(const at::Tensor& t) { return t.const_data_ptr(); }
+
+void host_to_device(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  auto device = dst.device().index();
+  if (non_blocking && plain_bytes(src, dst) && is_pinned_ptr(src.const_data_ptr())) {
+    // Pinned source: the copy runs on the stream; src stays alive with it.
+    size_t n = dst.nbytes();
+    void* d = dst.mutable_data_ptr();
+    launch(device, "aten::copy_ (host to neuron)", [src, d, n] {
+      std::memcpy(d, src.const_data_ptr(), n);
+    });
+    return;
+  }
+  // Pageable source: stage it now (the caller may overwrite it as soon as we
+  // return), then copy on the stream after the work already queued there.
+  at::Tensor staged;
+  if (plain_bytes(src, dst)) {
+    staged = at::empty_strided(src.sizes(), src.strides(), src.options());
+    std::memcpy(staged.mutable_data_ptr(), src.const_data_ptr(), src.nbytes());
+  } else {
+    staged = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU));
+    staged.copy_(src);  // dtype conversion, broadcasting and layout on the host
+  }
+  at::Tensor dst_alias = cpu_alias(dst);
+  launch(device, "aten::copy_ (host to neuron)", [staged, dst_alias]() mutable {
+    if (dst_alias.is_non_overlapping_and_dense() && staged.strides() == dst_alias.strides()) {
+      std::memcpy(dst_alias.mutable_data_ptr(), staged.const_data_ptr(), staged.nbytes());
+    } else {
+      dst_alias.copy_(staged);
+    }
+  });
+}
+
+void device_to_host(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  auto device = src.device().index();
+  at::Tensor src_alias = cpu_alias(src);
+  if (non_blocking && is_pinned_ptr(dst.const_data_ptr())) {
+    launch(device, "aten::copy_ (neuron to host)", [src_alias, dst]() mutable {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      const_cast<at::Tensor&>(dst).copy_(src_alias);
+    });
+    return;
+  }
+  sync_current_stream(device);
+  if (plain_bytes(src, dst)) {
+    std::memcpy(dst.mutable_data_ptr(), src_alias.const_data_ptr(), src.nbytes());
+  } else {
+    dst.copy_(src_alias);
+  }
+}
+
+void device_to_device(const at::Tensor& src, const at::Tensor& dst) {
+  auto src_dev = src.device().index();
+  auto dst_dev = dst.device().index();
+  at::Tensor s = cpu_alias(src);
+  at::Tensor d = cpu_alias(dst);
+  if (src_dev != dst_dev) {
+    // The copy runs on dst's stream after src's queued work; src's stream
+    // then waits for the copy, so later writes to src cannot race it.
+    neuronrt::Event src_ready(nrtEventDisableTiming);
+    src_ready.record(current_stream_handle(src_dev));
+    NEURON_CHECK(nrtStreamWaitEvent(current_stream_handle(dst_dev), src_ready.get()));
+  }
+  launch(dst_dev, "aten::copy_ (neuron to neuron)", [s, d]() mutable {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    if (plain_bytes(s, d)) {
+      std::memcpy(d.mutable_data_ptr(), s.const_data_ptr(), s.nbytes());
+    } else {
+      d.copy_(s);
+    }
+  });
+  if (src_dev != dst_dev) {
+    neuronrt::Event copied(nrtEventDisableTiming);
+    copied.record(current_stream_handle(dst_dev));
+    NEURON_CHECK(nrtStreamWaitEvent(current_stream_handle(src_dev), copied.get()));
+  }
+}
+
+}  // namespace
+
+at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  if (dst.numel() == 0) return dst;
+  TORCH_CHECK(!dst.is_conj() && !dst.is_neg(),
+              "[neuron] copy_: the destination must not be a conjugate or negative view");
+  NEURON_TRY {
+    if (is_neuron(self) && is_neuron(dst)) {
+      device_to_device(self, dst);
+    } else if (is_neuron(dst)) {
+      TORCH_CHECK(self.device().is_cpu(), "[neuron] copy_: cannot copy from ", self.device(),
+                  " to ", dst.device(), "; copy through the CPU");
+      host_to_device(self, dst, non_blocking);
+    } else {
+      TORCH_CHECK(dst.device().is_cpu(), "[neuron] copy_: cannot copy from ", self.device(),
+                  " to ", dst.device(), "; copy through the CPU");
+      device_to_host(self, dst, non_blocking);
+    }
+  }
+  NEURON_CATCH
+  count_op("aten::_copy_from", ExecPath::kKernel);
+  return dst;
+}
+
+at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  return _copy_from(self, dst, false);
+}
+
+at::Scalar _local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "[neuron] item: a Tensor with ", self.numel(),
+              " elements cannot be converted to Scalar");
+  sync_current_stream(self.device().index());
+  count_op("aten::_local_scalar_dense", ExecPath::kKernel);
+  return cpu_alias(self).item();
+}
+
+}  // namespace torchneuron::native

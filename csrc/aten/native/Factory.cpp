@@ -1,0 +1,129 @@
+#include "csrc/aten/native/Factory.h"
+
+#include <ATen/EmptyTensor.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/StorageImpl.h>
+
+#include "csrc/aten/OpStats.h"
+#include "csrc/runtime/NeuronAllocator.h"
+#include "csrc/runtime/NeuronFunctions.h"
+#include "csrc/runtime/NeuronHooks.h"
+
+namespace torchneuron::native {
+namespace {
+
+c10::DeviceIndex target_device(std::optional<c10::Device> device, const char* op) {
+  c10::DeviceIndex index =
+      device && device->has_index() ? device->index() : current_device();
+  check_device_index(index, op);
+  return index;
+}
+
+void check_layout(std::optional<c10::Layout> layout, const char* op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!layout || *layout == c10::Layout::Strided, "[neuron] ", op,
+                              ": only strided tensors are supported on neuron, got layout ",
+                              *layout);
+}
+
+}  // namespace
+
+void check_dtype(c10::ScalarType dtype, const char* op) {
+  switch (dtype) {
+    case c10::kFloat: case c10::kBFloat16: case c10::kHalf: case c10::kDouble:
+    case c10::kChar: case c10::kShort: case c10::kInt: case c10::kLong: case c10::kByte:
+    case c10::kBool: case c10::kComplexFloat:
+      return;
+    default:
+      TORCH_CHECK_TYPE(false, "[neuron] ", op, ": dtype ", dtype,
+                       " is not supported on neuron. Supported: float32, bfloat16, float16, "
+                       "float64, int8, int16, int32, int64, uint8, bool, complex64.");
+  }
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  auto index = target_device(device, "empty_strided");
+  check_layout(layout, "empty_strided");
+  auto st = c10::dtype_or_default(dtype);
+  check_dtype(st, "empty_strided");
+  c10::DeviceGuard guard(make_device(index));
+  return at::detail::empty_strided_generic(size, stride, device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), st);
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  auto index = target_device(device, "empty");
+  check_layout(layout, "empty");
+  auto st = c10::dtype_or_default(dtype);
+  check_dtype(st, "empty");
+  c10::DeviceGuard guard(make_device(index));
+  return at::detail::empty_generic(size, device_allocator(),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), st,
+                                   memory_format);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  for (auto s : sizes) {
+    TORCH_CHECK_VALUE(s >= 0, "[neuron] resize_: sizes must be non-negative, got ", sizes);
+  }
+  impl->set_sizes_contiguous(sizes);
+  size_t needed = at::detail::computeStorageNbytesContiguous(sizes, self.dtype().itemsize(),
+                                                            self.storage_offset());
+  if (needed > self.storage().nbytes()) {
+    resize_storage_bytes(self.storage().unsafeGetStorageImpl(), needed);
+  }
+  if (memory_format) {
+    TORCH_CHECK(*memory_format != c10::MemoryFormat::Preserve,
+                "[neuron] resize_: unsupported memory format ", *memory_format);
+    impl->empty_tensor_restride(*memory_format);
+  }
+  count_op("aten::resize_", ExecPath::kKernel);
+  return self;
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source,
+                                      c10::SymInt storage_offset, c10::SymIntArrayRef size,
+                                      c10::SymIntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == c10::DeviceType::PrivateUse1,
+              "[neuron] set_: expected a neuron storage, got one on ", source.device());
+  auto offset = storage_offset.expect_int();
+  auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  auto strides = C10_AS_INTARRAYREF_SLOW(stride);
+  auto* impl = self.unsafeGetTensorImpl();
+  if (!self.storage().is_alias_of(source)) impl->set_storage_keep_dtype(std::move(source));
+  impl->set_sizes_and_strides(sizes, strides, offset);
+  size_t needed = at::detail::computeStorageNbytes(sizes, strides, self.dtype().itemsize(), offset);
+  if (needed > self.storage().nbytes()) {
+    resize_storage_bytes(self.storage().unsafeGetStorageImpl(), needed);
+  }
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  std::vector<c10::SymInt> size{c10::SymInt(n)}, stride{c10::SymInt(1)};
+  return set_source_storage_offset(self, std::move(source), 0, size, stride);
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.is_same(source)) return self;
+  return set_source_storage_offset(self, source.storage(), source.sym_storage_offset(),
+                                   source.sym_sizes(), source.sym_strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  auto index = self.device().index();
+  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), 0, allocate_on(index, 0), device_allocator(), true));
+  std::vector<c10::SymInt> size{c10::SymInt(0)}, stride{c10::SymInt(1)};
+  return set_source_storage_offset(self, std::move(storage), 0, size, stride);
+}
+
+}  // namespace torchneuron::native

@@ -1,0 +1,46 @@
+#include "csrc/runtime/NeuronException.h"
+
+#include <string>
+
+namespace torchneuron {
+
+[[noreturn]] void throw_status(nrtStatus status, const std::string& message) {
+  std::string msg = message.empty() ? std::string(nrtGetLastErrorMessage()) : message;
+  if (msg.empty()) msg = nrtGetErrorString(status);
+  switch (status) {
+    case nrtErrorInvalidDevice:
+    case nrtErrorInvalidValue:
+      TORCH_CHECK_VALUE(false, "[neuron] ", msg);
+    case nrtErrorMemoryAllocation:
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "[neuron] ", msg);
+    default:
+      TORCH_CHECK(false, "[neuron] ", msg);
+  }
+}
+
+[[noreturn]] void rethrow_as_torch(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const neuronrt::AsyncError& err) {
+    // A torch error raised inside queued work keeps its type (IndexError,
+    // ValueError, ...) so Python sees what eager CPU would have raised.
+    if (err.original()) {
+      try {
+        std::rethrow_exception(err.original());
+      } catch (c10::Error& inner) {
+        inner.add_context(std::string("[neuron] raised by queued op ") + err.op_name() +
+                          " (reported at the next synchronization)");
+        throw;
+      } catch (...) {
+      }
+    }
+    TORCH_CHECK(false, "[neuron] ", err.what());
+  } catch (const neuronrt::OutOfMemoryError& err) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "[neuron] ", err.what());
+  } catch (const neuronrt::Error& err) {
+    throw_status(err.status(), err.what());
+  }
+  std::rethrow_exception(e);
+}
+
+}  // namespace torchneuron

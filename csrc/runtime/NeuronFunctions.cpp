@@ -1,0 +1,49 @@
+#include "csrc/runtime/NeuronFunctions.h"
+
+#include <algorithm>
+
+#include <c10/util/Exception.h>
+
+#include "csrc/runtime/NeuronException.h"
+
+namespace torchneuron {
+
+c10::DeviceIndex device_count() noexcept {
+  // The topology is fixed for the life of the process: read it once.
+  static const c10::DeviceIndex count = [] {
+    int n = 0;
+    if (nrtGetDeviceCount(&n) != nrtSuccess) return c10::DeviceIndex(0);
+    // Per-device tables in this layer hold 64 entries.
+    return static_cast<c10::DeviceIndex>(std::min(n, 64));
+  }();
+  return count;
+}
+
+void check_device_index(c10::DeviceIndex device, const char* op) {
+  auto n = device_count();
+  if (C10_UNLIKELY(device < 0 || device >= n)) {
+    if (n == 0) {
+      int ignored = 0;
+      nrtGetDeviceCount(&ignored);
+      TORCH_CHECK(false, "[neuron] ", op, ": no neuron device is available: ",
+                  nrtGetLastErrorMessage());
+    }
+    TORCH_CHECK_INDEX(false, "[neuron] ", op, ": device index ", static_cast<int>(device),
+                      " is out of range; this process has ", static_cast<int>(n),
+                      " neuron core(s) (neuron:0 to neuron:", n - 1,
+                      "). Set NEURON_RT_NUM_CORES or NEURON_RT_VISIBLE_CORES for more.");
+  }
+}
+
+c10::DeviceIndex current_device() {
+  int d = 0;
+  NEURON_CHECK(nrtGetDevice(&d));
+  return static_cast<c10::DeviceIndex>(d);
+}
+
+void set_device(c10::DeviceIndex device) {
+  check_device_index(device, "set_device");
+  NEURON_CHECK(nrtSetDevice(device));
+}
+
+}  // namespace torchneuron

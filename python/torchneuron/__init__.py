@@ -1,0 +1,39 @@
+"""torchneuron: a native PyTorch backend for Neuron-style accelerators.
+
+Importing it (or just `import torch`, through autoload) registers the `neuron`
+device: PyTorch's PrivateUse1 backend renamed, with the software NeuronCore
+runtime underneath. See README.md and docs/.
+"""
+import importlib.util as _importlib_util
+
+import torch
+
+if _importlib_util.find_spec("torch_neuronx") is not None:
+    raise ImportError(
+        "torchneuron cannot be used in the same environment as AWS's torch_neuronx: both "
+        "register PyTorch's single PrivateUse1 backend. Use a separate virtual environment."
+    )
+
+from . import _C  # noqa: E402  (the native extension: registrations happen on load)
+from ._registration import register as _register  # noqa: E402
+
+_register()
+
+from ._ops import executed_ops, fallback_ops, reset_executed_ops  # noqa: E402
+
+__all__ = ["executed_ops", "fallback_ops", "reset_executed_ops"]
+__version__ = "0.1.0"
+
+
+def _autoload():
+    """Entry point of the `torch.backends` group, run by `import torch`.
+
+    It must never make `import torch` fail: problems become warnings here and
+    errors only when the device is used.
+    """
+    import warnings
+
+    try:
+        import torchneuron  # noqa: F401
+    except Exception as e:  # pragma: no cover - depends on the environment
+        warnings.warn(f"torchneuron could not be loaded, the 'neuron' device is unavailable: {e}")

@@ -1,0 +1,170 @@
+// neuronrt C++ layer: exceptions, C++ callables on streams, RAII handles, and
+// the caching device allocator. Torch-free.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "neuronrt/neuronrt.h"
+
+namespace neuronrt {
+
+// Any failing runtime call, as an exception. what() is the detailed message.
+class Error : public std::runtime_error {
+ public:
+  Error(nrtStatus status, const std::string& message)
+      : std::runtime_error(message), status_(status) {}
+  nrtStatus status() const { return status_; }
+
+ private:
+  nrtStatus status_;
+};
+
+// Queued work that failed. Carries the op's name and the original exception
+// so that the caller's layer can rethrow it with its own type.
+class AsyncError : public Error {
+ public:
+  AsyncError(std::string op_name, const std::string& message,
+             std::exception_ptr original)
+      : Error(nrtErrorLaunchFailure, message),
+        op_name_(std::move(op_name)),
+        original_(std::move(original)) {}
+  const std::string& op_name() const { return op_name_; }
+  std::exception_ptr original() const { return original_; }
+
+ private:
+  std::string op_name_;
+  std::exception_ptr original_;
+};
+
+// Device memory exhausted even after releasing the cache.
+class OutOfMemoryError : public Error {
+ public:
+  OutOfMemoryError(const std::string& message, int device, size_t requested,
+                   size_t capacity, size_t allocated, size_t reserved)
+      : Error(nrtErrorMemoryAllocation, message),
+        device(device), requested(requested), capacity(capacity),
+        allocated(allocated), reserved(reserved) {}
+  int device;
+  size_t requested;   // bytes asked for (before rounding)
+  size_t capacity;    // device capacity
+  size_t allocated;   // bytes held by live allocations
+  size_t reserved;    // bytes held by the cache (allocated + cached free)
+};
+
+// Throws the exception matching a failed status (AsyncError for pending
+// queue failures, Error otherwise). No-op on nrtSuccess.
+void check(nrtStatus status);
+
+// Enqueues a C++ callable. An exception thrown by fn is the op's failure: it
+// is kept with the op name and rethrown as AsyncError by the next launch()
+// or synchronize() on that stream. op_name must outlive the task (a string
+// literal or an operator schema's name). Throws a pending AsyncError first.
+void launch(nrtStream_t stream, const char* op_name, std::function<void()> fn);
+
+// Waits for the stream; throws AsyncError if queued work failed.
+void synchronize(nrtStream_t stream);
+// Waits for every stream of the device; throws the first AsyncError.
+void synchronize_device(int device);
+
+// True on a stream worker thread (where blocking on a stream would deadlock).
+bool on_worker_thread();
+
+// Called on each worker thread before it runs any work, with the device
+// index (e.g. to size a compute thread pool). Set before streams start.
+void set_worker_init(void (*fn)(int device));
+
+// True when NEURON_LAUNCH_BLOCKING=1: every launch waits for its work and
+// reports its failure at once.
+bool launch_blocking();
+
+// ---- Caching device allocator ----------------------------------------------
+struct Stat {
+  int64_t current = 0;
+  int64_t peak = 0;
+  int64_t allocated = 0;  // accumulated increments
+  int64_t freed = 0;      // accumulated decrements
+};
+
+struct PoolStats {
+  Stat allocation;            // live allocations (count)
+  Stat segment;               // raw device segments (count)
+  Stat active;                // blocks in use or awaiting stream uses (count)
+  Stat inactive_split;        // free blocks inside split segments (count)
+  Stat allocated_bytes;       // bytes of live allocations (rounded)
+  Stat reserved_bytes;        // bytes of raw segments
+  Stat active_bytes;
+  Stat inactive_split_bytes;
+  Stat requested_bytes;       // bytes asked for by callers (unrounded)
+};
+
+struct DeviceStats {
+  PoolStats all, small_pool, large_pool;
+  int64_t num_alloc_retries = 0;  // raw malloc failures resolved by a cache flush
+  int64_t num_ooms = 0;           // OutOfMemoryError thrown
+  int64_t num_device_alloc = 0;   // raw nrtMalloc calls
+  int64_t num_device_free = 0;    // raw nrtFree calls
+  int64_t oversize_allocations = 0;
+};
+
+struct SegmentInfo {
+  uintptr_t address;
+  size_t total_size;
+  size_t allocated_size;
+  bool is_large;
+  int64_t stream_id;
+};
+
+// Size classes: requests up to 1 MiB round up to 512 B and are carved from
+// 2 MiB segments (small pool); larger ones round up to 2 MiB (large pool).
+// Blocks are split and merged; a freed block is reusable at once by work on
+// the stream it was allocated on, and by other streams only after the work
+// they were recorded with (record_stream) has finished. When the device is
+// full, cached free segments are released and the request retried; then, off
+// worker threads, the device's streams are synchronized and it is retried
+// once more before OutOfMemoryError.
+class CachingAllocator {
+ public:
+  static CachingAllocator& get();
+
+  // size 0 returns nullptr. Thread-safe.
+  void* allocate(size_t size, int device, nrtStream_t stream);
+  void free(void* ptr);  // nullptr is a no-op
+  void record_stream(void* ptr, nrtStream_t stream);
+  // Releases every cached, unused segment (device -1: all devices).
+  void empty_cache(int device = -1);
+  DeviceStats stats(int device);
+  void reset_peak_stats(int device);
+  void reset_accumulated_stats(int device);
+  std::vector<SegmentInfo> snapshot(int device);
+  // Device of an allocation made here, or -1.
+  int device_of(const void* ptr);
+
+ private:
+  CachingAllocator();
+  struct Impl;
+  Impl* impl_;
+};
+
+// ---- RAII --------------------------------------------------------------------
+class Event {
+ public:
+  explicit Event(unsigned flags = nrtEventDefault) { check(nrtEventCreate(&e_, flags)); }
+  ~Event() { if (e_) nrtEventDestroy(e_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(nrtStream_t s) { check(nrtEventRecord(e_, s)); }
+  bool query() const;
+  void synchronize() { check(nrtEventSynchronize(e_)); }
+  nrtEvent_t get() const { return e_; }
+
+ private:
+  nrtEvent_t e_ = nullptr;
+};
+
+}  // namespace neuronrt
