@@ -16,8 +16,10 @@
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/OpStats.h"
 #include "csrc/runtime/NeuronAllocator.h"
+#include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronFunctions.h"
 #include "csrc/runtime/NeuronGenerator.h"
+#include "csrc/runtime/NeuronHooks.h"
 
 namespace torchneuron {
 namespace {
@@ -312,7 +314,8 @@ bool run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
   }
   try {
     redispatch(op, c10::DispatchKey::Meta, &meta_stack);
-  } catch (const c10::Error&) {
+  } catch (const std::exception&) {
+    // c10 errors, and Python errors from meta kernels written in Python.
     return false;
   }
 
@@ -356,7 +359,8 @@ bool run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
         if (t.sizes() != m.sizes() || t.strides() != m.strides()) {
           auto* impl = t.unsafeGetTensorImpl();
           if (m.storage().nbytes() > t.storage().nbytes()) {
-            impl->set_storage_keep_dtype(materialize(m).storage());
+            // Grow in place, like resize_ on CPU: views of the storage follow.
+            resize_storage_bytes(t.storage().unsafeGetStorageImpl(), m.storage().nbytes());
           }
           impl->set_sizes_and_strides(m.sizes(), m.strides(), m.storage_offset());
         }
@@ -456,9 +460,6 @@ void run_cpu_copy(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
 
 }  // namespace
 
-bool uses_cpu_copy(const std::string& op_name) {
-  return forced_cpu_copy_ops().count(op_name) > 0;
-}
 
 void neuron_fallback(const c10::OperatorHandle& op, Stack* stack) {
   OpPlan& plan = plan_for(op);
@@ -472,7 +473,11 @@ void neuron_fallback(const c10::OperatorHandle& op, Stack* stack) {
     case Mode::kCpuCopy:
       return run_cpu_copy(op, plan, stack, device);
     case Mode::kSync:
-      return run_sync(op, plan, stack, device, nargs);
+      try {
+        return run_sync(op, plan, stack, device, nargs);
+      } catch (const c10::Error&) {
+        rethrow_with_op(plan.name);
+      }
     case Mode::kAsync:
       break;
   }
@@ -480,8 +485,35 @@ void neuron_fallback(const c10::OperatorHandle& op, Stack* stack) {
   // No Meta kernel, or one that needs the data (data-dependent shapes): run
   // it synchronously. If that works, go there directly next time; if it
   // fails too, it was the caller's error and the CPU kernel's message stands.
-  run_sync(op, plan, stack, device, nargs);
+  try {
+    run_sync(op, plan, stack, device, nargs);
+  } catch (const c10::Error&) {
+    rethrow_with_op(plan.name);
+  }
   set_mode(plan, Mode::kSync);
+}
+
+void register_structured_overrides() {
+  // Functional and in-place variants of structured ops reach PrivateUse1
+  // through CompositeExplicitAutogradNonFunctional: that kernel runs the
+  // meta function on the device tensors and then calls the out= variant,
+  // which the fallback would infer again. Registering the fallback for them
+  // directly does the work once (and names the op in errors).
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten",
+                                        c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op) continue;
+    if (op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
+      continue;
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    std::string full = name.name.substr(6);
+    if (!name.overload_name.empty()) full += "." + name.overload_name;
+    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>());
+  }
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -11,8 +11,10 @@ namespace torchneuron {
 
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// Ops forced onto the copy-to-CPU path by TORCHNEURON_CPU_FALLBACK_OPS (a
-// comma-separated list of "aten::name.overload"), e.g. to bisect a problem.
-bool uses_cpu_copy(const std::string& op_name);
+// Routes the functional and in-place variants of structured ops (which
+// would otherwise go through CompositeExplicitAutogradNonFunctional) to the
+// fallback directly. Called once when the extension loads.
+void register_structured_overrides();
+
 
 }  // namespace torchneuron

@@ -4,6 +4,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "csrc/aten/Fallback.h"
 #include "csrc/aten/OpStats.h"
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronFunctions.h"
@@ -79,6 +80,7 @@ PYBIND11_MODULE(_C, m) {
   using namespace torchneuron;
   m.doc() = "torchneuron native extension";
   neuronrt::set_worker_init(&init_worker);
+  register_structured_overrides();
 
   m.def("_device_count", [] { return static_cast<int>(device_count()); });
   m.def("_device_count_error", [] {

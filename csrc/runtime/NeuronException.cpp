@@ -43,4 +43,33 @@ namespace torchneuron {
   std::rethrow_exception(e);
 }
 
+namespace {
+template <typename E>
+[[noreturn]] void prefixed(const E& e, const std::string& op) {
+  if (e.msg().rfind("[neuron]", 0) == 0) throw e;
+  throw E("[neuron] " + op + ": " + e.msg(), e.backtrace(), e.caller());
+}
+}  // namespace
+
+[[noreturn]] void rethrow_with_op(const std::string& op) {
+  try {
+    throw;
+  } catch (const c10::IndexError& e) {
+    prefixed(e, op);
+  } catch (const c10::ValueError& e) {
+    prefixed(e, op);
+  } catch (const c10::TypeError& e) {
+    prefixed(e, op);
+  } catch (const c10::NotImplementedError& e) {
+    prefixed(e, op);
+  } catch (const c10::LinAlgError& e) {
+    prefixed(e, op);
+  } catch (const c10::OutOfMemoryError& e) {
+    prefixed(e, op);
+  } catch (const c10::Error& e) {
+    if (typeid(e) != typeid(c10::Error)) throw;  // a type we do not rebuild
+    prefixed(e, op);
+  }
+}
+
 }  // namespace torchneuron

@@ -17,6 +17,10 @@ namespace torchneuron {
 // matching c10 exception; other exceptions pass through unchanged.
 [[noreturn]] void rethrow_as_torch(std::exception_ptr e);
 
+// Inside a catch block: rethrows the current c10 exception with the same
+// type and "[neuron] <op>: " in front of its message (unless it has one).
+[[noreturn]] void rethrow_with_op(const std::string& op);
+
 }  // namespace torchneuron
 
 // NEURON_CHECK(nrtCall(...)): a failing status becomes a c10 exception.
