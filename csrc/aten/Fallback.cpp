@@ -13,7 +13,9 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/env.h>
 
+#include "csrc/aten/IValueTensors.h"
 #include "csrc/aten/Launch.h"
+#include "csrc/aten/MetaInference.h"
 #include "csrc/aten/OpStats.h"
 #include "csrc/runtime/NeuronAllocator.h"
 #include "csrc/runtime/NeuronException.h"
@@ -34,10 +36,8 @@ struct OpPlan {
   std::string name;              // "aten::add.Tensor"
   std::atomic<Mode> mode{Mode::kAsync};  // learned: kAsync may become kSync
   bool has_mutable_arg = false;  // in-place / out= ops write an argument
-  // For each return: the index of the argument it aliases as a written
-  // output (a!), or -1.
-  std::vector<int> ret_written_arg;
-  std::vector<bool> arg_is_generator;
+  SchemaFacts facts;             // written-argument returns, generator arguments
+  InferenceCache layouts;        // output layouts by argument metadata
 };
 
 struct PlanCache {
@@ -99,7 +99,7 @@ OpPlan& plan_for(const c10::OperatorHandle& op) {
                   (t->kind() == c10::TypeKind::OptionalType &&
                    t->castRaw<c10::OptionalType>()->getElementType()->kind() ==
                        c10::TypeKind::GeneratorType);
-    plan->arg_is_generator.push_back(is_gen);
+    plan->facts.arg_is_generator.push_back(is_gen);
   }
   for (const auto& r : schema.returns()) {
     int idx = -1;
@@ -112,7 +112,7 @@ OpPlan& plan_for(const c10::OperatorHandle& op) {
         }
       }
     }
-    plan->ret_written_arg.push_back(idx);
+    plan->facts.ret_written_arg.push_back(idx);
   }
   if (forced_cpu_copy_ops().count(plan->name)) {
     plan->mode = Mode::kCpuCopy;
@@ -126,44 +126,6 @@ OpPlan& plan_for(const c10::OperatorHandle& op) {
 }
 
 void set_mode(OpPlan& plan, Mode mode) { plan.mode.store(mode, std::memory_order_relaxed); }
-
-// Visits every tensor inside an argument (Tensor, Tensor[], Tensor?[]).
-template <typename F>
-void for_each_tensor(const IValue& v, F&& f) {
-  if (v.isTensor()) {
-    f(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) f(t);
-  } else if (v.isList()) {
-    for (const IValue& e : v.toListRef()) {
-      if (e.isTensor()) f(e.toTensor());
-    }
-  }
-}
-
-// Maps every tensor inside an argument through `f`, keeping the shape of
-// the IValue (list kinds included).
-template <typename F>
-IValue map_tensors(const IValue& v, F&& f) {
-  if (v.isTensor()) return IValue(f(v.toTensor()));
-  if (v.isTensorList()) {
-    c10::List<at::Tensor> out;
-    out.reserve(v.toTensorList().size());
-    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
-    return IValue(std::move(out));
-  }
-  if (v.isList()) {
-    auto in = v.toList();
-    bool any = false;
-    for (const IValue& e : in) any = any || e.isTensor();
-    if (!any) return v;
-    c10::impl::GenericList out(in.elementType());
-    out.reserve(in.size());
-    for (const IValue& e : in) out.push_back(e.isTensor() ? IValue(f(e.toTensor())) : e);
-    return IValue(std::move(out));
-  }
-  return v;
-}
 
 bool is_neuron(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
@@ -197,40 +159,6 @@ c10::DeviceIndex op_device(const OpPlan& plan, const Stack& args) {
   return device;
 }
 
-// Converts arguments for the Meta kernel: neuron tensors become meta tensors
-// with the same metadata, sharing meta storages where they share storage.
-struct MetaConverter {
-  std::unordered_map<c10::StorageImpl*, c10::Storage> storages;  // neuron -> meta
-
-  at::Tensor operator()(const at::Tensor& t) {
-    if (!t.defined()) return t;
-    c10::Storage meta_storage;
-    if (is_neuron(t)) {
-      auto* key = t.storage().unsafeGetStorageImpl();
-      auto it = storages.find(key);
-      if (it == storages.end()) {
-        meta_storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-            c10::StorageImpl::use_byte_size_t(), key->nbytes(),
-            c10::DataPtr(nullptr, c10::Device(c10::kMeta)), c10::GetAllocator(c10::kMeta),
-            /*resizable=*/true));
-        storages.emplace(key, meta_storage);
-      } else {
-        meta_storage = it->second;
-      }
-    } else {
-      meta_storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-          c10::StorageImpl::use_byte_size_t(), t.storage().nbytes(),
-          c10::DataPtr(nullptr, c10::Device(c10::kMeta)), c10::GetAllocator(c10::kMeta), true));
-    }
-    auto impl = c10::make_intrusive<c10::TensorImpl>(
-        std::move(meta_storage), c10::DispatchKeySet(c10::DispatchKey::Meta), t.dtype());
-    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-    if (t.is_conj()) impl->_set_conj(true);
-    if (t.is_neg()) impl->_set_neg(true);
-    return at::Tensor(std::move(impl));
-  }
-};
-
 // Converts arguments for the CPU kernel: neuron tensors become CPU aliases
 // (one alias storage per neuron storage, so aliasing checks see the truth).
 struct CpuAliaser {
@@ -263,7 +191,7 @@ Stack cpu_args(const OpPlan& plan, const Stack& args, c10::DeviceIndex device, C
   out.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     const IValue& v = args[i];
-    if (plan.arg_is_generator[i]) {
+    if (plan.facts.arg_is_generator[i]) {
       std::optional<at::Generator> g;
       if (v.isGenerator()) g = v.toGenerator();
       out.emplace_back(cpu_generator_for(g, device, plan.name.c_str()));
@@ -280,103 +208,96 @@ void redispatch(const c10::OperatorHandle& op, c10::DispatchKey key, Stack* stac
   op.redispatchBoxed(c10::DispatchKeySet(key), stack);
 }
 
+c10::Storage fresh_storage(c10::DeviceIndex device, size_t nbytes) {
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), nbytes, allocate_on(device, nbytes),
+      device_allocator(), /*resizable=*/true));
+}
+
+at::Tensor build_tensor(const TensorLayout& l, const c10::Storage& storage) {
+  if (!l.defined) return at::Tensor();
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      c10::scalarTypeToTypeMeta(l.dtype));
+  impl->set_sizes_and_strides(l.sizes, l.strides, l.offset);
+  if (l.conj) impl->_set_conj(true);
+  if (l.neg) impl->_set_neg(true);
+  return at::Tensor(std::move(impl));
+}
+
 // Copies a host tensor into a fresh neuron tensor (stream already synced).
 at::Tensor upload_fresh(const at::Tensor& cpu, c10::DeviceIndex device) {
   auto src = cpu.contiguous();
-  size_t nbytes = src.nbytes();
-  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), nbytes, allocate_on(device, nbytes),
-      device_allocator(), /*resizable=*/true));
-  if (nbytes) std::memcpy(storage.mutable_data(), src.const_data_ptr(), nbytes);
+  c10::Storage storage = fresh_storage(device, src.nbytes());
+  if (src.nbytes()) std::memcpy(storage.mutable_data(), src.const_data_ptr(), src.nbytes());
   return neuron_view_like(storage, src);
 }
 
-// ---- the three paths --------------------------------------------------------
-
-// Returns false (leaving the stack untouched) when the Meta kernel cannot
-// give the outputs' metadata; the caller then takes the sync path.
+// Returns false (leaving the stack untouched) when the output layout cannot
+// be known before running; the caller then takes the sync path.
 bool run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
                c10::DeviceIndex device, size_t nargs) {
   Stack args(stack->end() - nargs, stack->end());
-  // 1. Output metadata from the Meta kernel (also validates the arguments).
-  MetaConverter to_meta;
-  Stack meta_stack;
-  meta_stack.reserve(nargs);
-  for (size_t i = 0; i < nargs; ++i) {
-    const IValue& v = args[i];
-    if (plan.arg_is_generator[i]) {
-      meta_stack.emplace_back();
-    } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
-      meta_stack.emplace_back(c10::Device(c10::kMeta));
-    } else {
-      meta_stack.push_back(map_tensors(v, to_meta));
-    }
-  }
-  try {
-    redispatch(op, c10::DispatchKey::Meta, &meta_stack);
-  } catch (const std::exception&) {
-    // c10 errors, and Python errors from meta kernels written in Python.
-    return false;
-  }
+  // 1. The outputs' layout (from the Meta kernel, or remembered).
+  ArgSignature sig = signature_of(args, plan.facts);
+  std::shared_ptr<const OutputLayout> layout = plan.layouts.infer(op, plan.facts, args, sig);
+  if (!layout) return false;
 
-  // 2. Outputs: written arguments, views of argument storages, or fresh
-  //    neuron buffers shaped like the meta results.
-  std::unordered_map<c10::StorageImpl*, c10::Storage> meta_to_neuron;
-  for (auto& [neuron_st, meta_st] : to_meta.storages) {
-    meta_to_neuron.emplace(meta_st.unsafeGetStorageImpl(),
-                           c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(neuron_st)));
-  }
-  bool any_fresh = false;
-  auto materialize = [&](const at::Tensor& m) -> at::Tensor {
-    if (!m.defined()) return m;
-    auto* mst = m.storage().unsafeGetStorageImpl();
-    auto it = meta_to_neuron.find(mst);
-    if (it == meta_to_neuron.end()) {
-      size_t nbytes = mst->nbytes();
-      c10::Storage st(c10::make_intrusive<c10::StorageImpl>(
-          c10::StorageImpl::use_byte_size_t(), nbytes, allocate_on(device, nbytes),
-          device_allocator(), /*resizable=*/true));
-      it = meta_to_neuron.emplace(mst, st).first;
-      any_fresh = true;
-    }
-    return neuron_view_like(it->second, m);
+  // 2. Outputs: written arguments (resized if the kernel would), views of
+  //    argument storages, or fresh neuron buffers.
+  std::vector<c10::Storage> fresh;
+  fresh.reserve(layout->fresh_nbytes.size());
+  for (size_t nbytes : layout->fresh_nbytes) fresh.push_back(fresh_storage(device, nbytes));
+  auto storage_of = [&](int id) -> c10::Storage {
+    return id >= 0 ? c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(sig.storages[id]))
+                   : fresh[-id - 1];
   };
-
-  const size_t nret = plan.ret_written_arg.size();
+  const size_t nret = layout->returns.size();
   Stack results;
   results.reserve(nret);
   std::vector<bool> ret_fresh(nret, false);
   for (size_t r = 0; r < nret; ++r) {
-    const IValue& mv = meta_stack[r];
-    int w = plan.ret_written_arg[r];
-    if (w >= 0) {
-      // Keep the caller's tensor object, but follow a resize by the kernel
-      // (out= arguments of the wrong shape).
-      const IValue& arg = args[w];
-      if (arg.isTensor() && mv.isTensor()) {
-        const at::Tensor& t = arg.toTensor();
-        const at::Tensor& m = mv.toTensor();
-        if (t.sizes() != m.sizes() || t.strides() != m.strides()) {
-          auto* impl = t.unsafeGetTensorImpl();
-          if (m.storage().nbytes() > t.storage().nbytes()) {
-            // Grow in place, like resize_ on CPU: views of the storage follow.
-            resize_storage_bytes(t.storage().unsafeGetStorageImpl(), m.storage().nbytes());
+    const ReturnLayout& rl = layout->returns[r];
+    switch (rl.kind) {
+      case ReturnLayout::Kind::kWrittenArg: {
+        const IValue& arg = args[plan.facts.ret_written_arg[r]];
+        if (rl.resized) {
+          // An out= argument of the wrong shape: resized like on CPU (growing
+          // the storage in place, so its views follow).
+          const at::Tensor& t = arg.toTensor();
+          if (rl.resized_nbytes > t.storage().nbytes()) {
+            resize_storage_bytes(t.storage().unsafeGetStorageImpl(), rl.resized_nbytes);
           }
-          impl->set_sizes_and_strides(m.sizes(), m.strides(), m.storage_offset());
+          const TensorLayout& l = rl.tensors[0];
+          t.unsafeGetTensorImpl()->set_sizes_and_strides(l.sizes, l.strides, l.offset);
         }
+        results.push_back(arg);
+        break;
       }
-      results.push_back(arg);
-      continue;
+      case ReturnLayout::Kind::kTensor:
+        results.emplace_back(build_tensor(rl.tensors[0], storage_of(rl.tensors[0].storage)));
+        ret_fresh[r] = rl.tensors[0].defined && rl.tensors[0].storage < 0;
+        break;
+      case ReturnLayout::Kind::kTensorList: {
+        c10::List<at::Tensor> list;
+        list.reserve(rl.tensors.size());
+        for (const auto& l : rl.tensors) {
+          list.push_back(build_tensor(l, storage_of(l.storage)));
+          ret_fresh[r] = ret_fresh[r] || (l.defined && l.storage < 0);
+        }
+        results.emplace_back(std::move(list));
+        break;
+      }
+      case ReturnLayout::Kind::kOther:
+        results.emplace_back();
+        break;
     }
-    size_t before = meta_to_neuron.size();
-    results.push_back(map_tensors(mv, materialize));
-    ret_fresh[r] = meta_to_neuron.size() != before;
   }
 
   // 3. The kernel: nothing to run for pure views; otherwise the CPU kernel on
   //    aliases (taken now, so later metadata changes of the arguments cannot
   //    leak into queued work), copying fresh results into their buffers.
-  if (plan.has_mutable_arg || any_fresh) {
+  if (plan.has_mutable_arg || !fresh.empty()) {
     CpuAliaser al;
     Stack cpu_stack = cpu_args(plan, args, device, al);
     Stack fresh_aliases(nret);
@@ -389,18 +310,16 @@ bool run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
              redispatch(op, c10::DispatchKey::CPU, &cpu_stack);
              for (size_t r = 0; r < fresh_aliases.size(); ++r) {
                const IValue& want = fresh_aliases[r];
+               if (want.isNone()) continue;
                const IValue& got = cpu_stack[r];
                if (want.isTensor()) {
                  want.toTensor().copy_(got.toTensor());
                } else if (want.isTensorList()) {
                  auto w = want.toTensorList();
                  auto g = got.toTensorList();
-                 for (size_t i = 0; i < w.size(); ++i) w.get(i).copy_(g.get(i));
-               } else if (want.isList()) {
-                 auto w = want.toListRef();
-                 auto g = got.toListRef();
                  for (size_t i = 0; i < w.size(); ++i) {
-                   if (w[i].isTensor()) w[i].toTensor().copy_(g[i].toTensor());
+                   at::Tensor wi = w.get(i);
+                   if (wi.defined()) wi.copy_(g.get(i));
                  }
                }
              }
@@ -428,11 +347,11 @@ void run_sync(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
     if (it != al.back.end()) return neuron_view_like(it->second, t);
     return upload_fresh(t, device);
   };
-  const size_t nret = plan.ret_written_arg.size();
+  const size_t nret = plan.facts.ret_written_arg.size();
   Stack results;
   results.reserve(nret);
   for (size_t r = 0; r < nret; ++r) {
-    int w = plan.ret_written_arg[r];
+    int w = plan.facts.ret_written_arg[r];
     results.push_back(w >= 0 ? args[w] : map_tensors(cpu_stack[r], to_neuron));
   }
   torch::jit::drop(*stack, nargs);

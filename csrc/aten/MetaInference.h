@@ -1,0 +1,76 @@
+// Output metadata of an op before it runs: the op's Meta kernel on meta
+// copies of the arguments, remembered per op by the arguments' metadata
+// (sizes, strides, dtypes, aliasing and scalar values), so that a loop that
+// repeats the same shapes pays for the Meta kernel once.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/SmallVector.h>
+
+namespace torchneuron {
+
+// One output tensor's metadata and where its memory comes from.
+struct TensorLayout {
+  bool defined = false;
+  // >= 0: the i-th distinct neuron storage among the arguments (a view);
+  // < 0: fresh storage number -(storage + 1).
+  int storage = 0;
+  c10::SmallVector<int64_t, 6> sizes, strides;
+  int64_t offset = 0;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  bool conj = false, neg = false;
+};
+
+struct ReturnLayout {
+  enum class Kind : uint8_t { kWrittenArg, kTensor, kTensorList, kOther } kind = Kind::kOther;
+  // kWrittenArg: if the kernel resizes the argument, its new layout and the
+  // bytes its storage needs; kTensor: one entry; kTensorList: the elements.
+  std::vector<TensorLayout> tensors;
+  bool resized = false;
+  size_t resized_nbytes = 0;
+};
+
+struct OutputLayout {
+  std::vector<ReturnLayout> returns;
+  std::vector<size_t> fresh_nbytes;  // bytes of each fresh storage
+};
+
+// What inference needs to know about the op's schema.
+struct SchemaFacts {
+  std::vector<int> ret_written_arg;  // per return: argument it writes, or -1
+  std::vector<bool> arg_is_generator;
+};
+
+// The arguments' neuron storages in order of first appearance, and the
+// cache key. Built by one walk over the arguments.
+struct ArgSignature {
+  std::vector<c10::StorageImpl*> storages;
+  std::vector<int64_t> key;
+  size_t hash = 0;
+  bool cacheable = true;
+};
+ArgSignature signature_of(const torch::jit::Stack& args, const SchemaFacts& facts);
+
+class InferenceCache {
+ public:
+  // The outputs' layout, or nullptr when the Meta kernel cannot tell (no
+  // Meta kernel, or shapes that depend on the data). Thread-safe.
+  std::shared_ptr<const OutputLayout> infer(const c10::OperatorHandle& op,
+                                            const SchemaFacts& facts,
+                                            const torch::jit::Stack& args,
+                                            const ArgSignature& sig);
+
+ private:
+  struct KeyHash {
+    size_t operator()(const std::vector<int64_t>& k) const;
+  };
+  std::mutex mutex_;
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<const OutputLayout>, KeyHash> entries_;
+};
+
+}  // namespace torchneuron
