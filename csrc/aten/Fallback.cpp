@@ -38,6 +38,7 @@ struct OpPlan {
   bool has_mutable_arg = false;  // in-place / out= ops write an argument
   SchemaFacts facts;             // written-argument returns, generator arguments
   InferenceCache layouts;        // output layouts by argument metadata
+  OpCounter* counter = nullptr;  // executed_ops() counts
 };
 
 struct PlanCache {
@@ -91,6 +92,7 @@ OpPlan& plan_for(const c10::OperatorHandle& op) {
   auto plan = std::make_unique<OpPlan>();
   plan->name = schema.name();
   if (!schema.overload_name().empty()) plan->name += "." + schema.overload_name();
+  plan->counter = &op_counter(plan->name);
   const auto& args = schema.arguments();
   for (const auto& a : args) {
     if (a.alias_info() && a.alias_info()->isWrite()) plan->has_mutable_arg = true;
@@ -162,25 +164,32 @@ c10::DeviceIndex op_device(const OpPlan& plan, const Stack& args) {
 // Converts arguments for the CPU kernel: neuron tensors become CPU aliases
 // (one alias storage per neuron storage, so aliasing checks see the truth).
 struct CpuAliaser {
-  std::unordered_map<c10::StorageImpl*, at::Tensor> bases;  // neuron storage -> an alias
-  std::unordered_map<c10::StorageImpl*, c10::Storage> back;  // alias storage -> neuron
+  // Few storages per op: linear search beats hashing. (neuron, alias) pairs.
+  c10::SmallVector<std::pair<c10::StorageImpl*, at::Tensor>, 4> bases;
 
   at::Tensor operator()(const at::Tensor& t) {
     if (!is_neuron(t)) return t;
     auto* key = t.storage().unsafeGetStorageImpl();
-    auto it = bases.find(key);
-    if (it == bases.end()) {
-      at::Tensor a = cpu_alias(t);
-      back.emplace(a.storage().unsafeGetStorageImpl(), t.storage());
-      bases.emplace(key, a);
-      return a;
+    for (const auto& [neuron, alias] : bases) {
+      if (neuron != key) continue;
+      auto impl = c10::make_intrusive<c10::TensorImpl>(
+          c10::Storage(alias.storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+      impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+      if (t.is_conj()) impl->_set_conj(true);
+      if (t.is_neg()) impl->_set_neg(true);
+      return at::Tensor(std::move(impl));
     }
-    auto impl = c10::make_intrusive<c10::TensorImpl>(
-        c10::Storage(it->second.storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-    if (t.is_conj()) impl->_set_conj(true);
-    if (t.is_neg()) impl->_set_neg(true);
-    return at::Tensor(std::move(impl));
+    at::Tensor a = cpu_alias(t);
+    bases.emplace_back(key, a);
+    return a;
+  }
+
+  // The neuron storage an alias storage stands for, or null.
+  c10::StorageImpl* neuron_storage_of(const c10::StorageImpl* alias_storage) const {
+    for (const auto& [neuron, alias] : bases) {
+      if (alias.storage().unsafeGetStorageImpl() == alias_storage) return neuron;
+    }
+    return nullptr;
   }
 };
 
@@ -327,7 +336,7 @@ bool run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
   }
   torch::jit::drop(*stack, nargs);
   for (auto& v : results) stack->push_back(std::move(v));
-  count_op(plan.name, ExecPath::kQueue);
+  plan.counter->count(ExecPath::kQueue);
   return true;
 }
 
@@ -343,8 +352,9 @@ void run_sync(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
   }
   auto to_neuron = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined() || t.device().type() != c10::kCPU) return t;
-    auto it = al.back.find(t.storage().unsafeGetStorageImpl());
-    if (it != al.back.end()) return neuron_view_like(it->second, t);
+    if (auto* st = al.neuron_storage_of(t.storage().unsafeGetStorageImpl())) {
+      return neuron_view_like(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(st)), t);
+    }
     return upload_fresh(t, device);
   };
   const size_t nret = plan.facts.ret_written_arg.size();
@@ -356,7 +366,7 @@ void run_sync(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
   }
   torch::jit::drop(*stack, nargs);
   for (auto& v : results) stack->push_back(std::move(v));
-  count_op(plan.name, ExecPath::kSync);
+  plan.counter->count(ExecPath::kSync);
 }
 
 void warn_cpu_copy_once(const std::string& name) {
@@ -374,7 +384,7 @@ void run_cpu_copy(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
   warn_cpu_copy_once(plan.name);
   sync_current_stream(device);
   at::native::cpu_fallback(op, stack);
-  count_op(plan.name, ExecPath::kCpuCopy);
+  plan.counter->count(ExecPath::kCpuCopy);
 }
 
 }  // namespace

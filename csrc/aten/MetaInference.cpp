@@ -201,28 +201,34 @@ struct LayoutBuilder {
 
 ArgSignature signature_of(const Stack& args, const SchemaFacts& facts) {
   ArgSignature sig;
-  sig.key.reserve(64);
   Walker w{sig};
   for (const IValue& v : args) w.value(v);
   return sig;
 }
 
-size_t InferenceCache::KeyHash::operator()(const std::vector<int64_t>& k) const {
+namespace {
+size_t hash_key(c10::ArrayRef<int64_t> k) {
   uint64_t h = 1469598103934665603ull;
   for (int64_t x : k) {
     h ^= static_cast<uint64_t>(x) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   }
   return static_cast<size_t>(h);
 }
+}  // namespace
 
 std::shared_ptr<const OutputLayout> InferenceCache::infer(const c10::OperatorHandle& op,
                                                           const SchemaFacts& facts,
                                                           const Stack& args,
                                                           const ArgSignature& sig) {
+  const size_t hash = sig.cacheable ? hash_key(sig.key) : 0;
   if (sig.cacheable) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(sig.key);
-    if (it != entries_.end()) return it->second;
+    auto it = entries_.find(hash);
+    if (it != entries_.end()) {
+      for (const Entry& e : it->second) {
+        if (c10::ArrayRef<int64_t>(e.key) == c10::ArrayRef<int64_t>(sig.key)) return e.layout;
+      }
+    }
   }
   MetaArgs meta;
   Stack meta_stack;
@@ -278,10 +284,13 @@ std::shared_ptr<const OutputLayout> InferenceCache::infer(const c10::OperatorHan
 
   if (!sig.cacheable) return result;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (entries_.size() >= kMaxEntriesPerOp) entries_.clear();
-  auto& slot = entries_[sig.key];
-  if (!slot) slot = std::move(result);
-  return slot;
+  if (size_ >= kMaxEntriesPerOp) {
+    entries_.clear();
+    size_ = 0;
+  }
+  entries_[hash].push_back(Entry{std::vector<int64_t>(sig.key.begin(), sig.key.end()), result});
+  ++size_;
+  return result;
 }
 
 }  // namespace torchneuron

@@ -49,9 +49,8 @@ struct SchemaFacts {
 // The arguments' neuron storages in order of first appearance, and the
 // cache key. Built by one walk over the arguments.
 struct ArgSignature {
-  std::vector<c10::StorageImpl*> storages;
-  std::vector<int64_t> key;
-  size_t hash = 0;
+  c10::SmallVector<c10::StorageImpl*, 4> storages;
+  c10::SmallVector<int64_t, 64> key;  // inline: no allocation per op
   bool cacheable = true;
 };
 ArgSignature signature_of(const torch::jit::Stack& args, const SchemaFacts& facts);
@@ -66,11 +65,13 @@ class InferenceCache {
                                             const ArgSignature& sig);
 
  private:
-  struct KeyHash {
-    size_t operator()(const std::vector<int64_t>& k) const;
+  struct Entry {
+    std::vector<int64_t> key;
+    std::shared_ptr<const OutputLayout> layout;
   };
   std::mutex mutex_;
-  std::unordered_map<std::vector<int64_t>, std::shared_ptr<const OutputLayout>, KeyHash> entries_;
+  std::unordered_map<size_t, std::vector<Entry>> entries_;  // by key hash
+  size_t size_ = 0;
 };
 
 }  // namespace torchneuron

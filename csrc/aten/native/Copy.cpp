@@ -122,7 +122,8 @@ at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_bl
     }
   }
   NEURON_CATCH
-  count_op("aten::_copy_from", ExecPath::kKernel);
+  static OpCounter& counter = op_counter("aten::_copy_from");
+  counter.count(ExecPath::kKernel);
   return dst;
 }
 
@@ -135,7 +136,8 @@ at::Scalar _local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "[neuron] item: a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
   sync_current_stream(self.device().index());
-  count_op("aten::_local_scalar_dense", ExecPath::kKernel);
+  static OpCounter& counter = op_counter("aten::_local_scalar_dense");
+  counter.count(ExecPath::kKernel);
   return cpu_alias(self).item();
 }
 

@@ -84,7 +84,8 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                 "[neuron] resize_: unsupported memory format ", *memory_format);
     impl->empty_tensor_restride(*memory_format);
   }
-  count_op("aten::resize_", ExecPath::kKernel);
+  static OpCounter& counter = op_counter("aten::resize_");
+  counter.count(ExecPath::kKernel);
   return self;
 }
 
