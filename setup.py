@@ -55,7 +55,7 @@ setup(
     python_requires=">=3.10",
     entry_points={
         # Autoload: `import torch` imports torchneuron (TORCH_DEVICE_BACKEND_AUTOLOAD=0 disables).
-        "torch.backends": ["torchneuron = torchneuron:_autoload"],
+        "torch.backends": ["torchneuron = torchneuron._autoload:load"],
     },
     zip_safe=False,
 )

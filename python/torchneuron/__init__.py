@@ -23,17 +23,3 @@ from ._ops import executed_ops, fallback_ops, reset_executed_ops  # noqa: E402
 
 __all__ = ["executed_ops", "fallback_ops", "reset_executed_ops"]
 __version__ = "0.1.0"
-
-
-def _autoload():
-    """Entry point of the `torch.backends` group, run by `import torch`.
-
-    It must never make `import torch` fail: problems become warnings here and
-    errors only when the device is used.
-    """
-    import warnings
-
-    try:
-        import torchneuron  # noqa: F401
-    except Exception as e:  # pragma: no cover - depends on the environment
-        warnings.warn(f"torchneuron could not be loaded, the 'neuron' device is unavailable: {e}")
