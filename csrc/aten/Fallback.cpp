@@ -1,5 +1,6 @@
 #include "csrc/aten/Fallback.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <shared_mutex>
@@ -39,6 +40,10 @@ struct OpPlan {
   SchemaFacts facts;             // written-argument returns, generator arguments
   InferenceCache layouts;        // output layouts by argument metadata
   OpCounter* counter = nullptr;  // executed_ops() counts
+  // The op's out= overload, when it has one with the same arguments: fresh
+  // outputs are then written by the CPU kernel in place, with no copy.
+  std::optional<c10::OperatorHandle> out_op;
+  std::atomic<bool> out_op_ok{true};  // false once its kernel used `out` as scratch
 };
 
 struct PlanCache {
@@ -81,6 +86,47 @@ bool returns_only_tensors(const c10::FunctionSchema& schema) {
   return true;
 }
 
+// Overload names of every aten op, by base name (built once).
+const std::unordered_map<std::string, std::vector<c10::OperatorName>>& overloads() {
+  static auto* by_name = [] {
+    auto* m = new std::unordered_map<std::string, std::vector<c10::OperatorName>>();
+    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
+      (*m)[name.name].push_back(name);
+    }
+    return m;
+  }();
+  return *by_name;
+}
+
+// The out= overload of a functional op: the same arguments, then one
+// keyword-only out tensor per (tensor) return, with a CPU kernel.
+std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& schema) {
+  const auto& args = schema.arguments();
+  const auto& rets = schema.returns();
+  if (rets.empty()) return std::nullopt;
+  for (const auto& r : rets) {
+    if (r.type()->kind() != c10::TypeKind::TensorType) return std::nullopt;
+  }
+  auto it = overloads().find(schema.name());
+  if (it == overloads().end()) return std::nullopt;
+  for (const auto& candidate : it->second) {
+    auto handle = c10::Dispatcher::singleton().findOp(candidate);
+    if (!handle || !handle->hasSchema()) continue;
+    const auto& cargs = handle->schema().arguments();
+    if (cargs.size() != args.size() + rets.size()) continue;
+    bool match = true;
+    for (size_t i = 0; i < args.size() && match; ++i) {
+      match = cargs[i].name() == args[i].name() && !cargs[i].is_out() &&
+              cargs[i].type()->str() == args[i].type()->str();
+    }
+    for (size_t i = args.size(); i < cargs.size() && match; ++i) {
+      match = cargs[i].is_out() && cargs[i].type()->kind() == c10::TypeKind::TensorType;
+    }
+    if (match && handle->hasKernelForDispatchKey(c10::DispatchKey::CPU)) return handle;
+  }
+  return std::nullopt;
+}
+
 OpPlan& plan_for(const c10::OperatorHandle& op) {
   const auto& schema = op.schema();
   auto& cache = plan_cache();
@@ -115,6 +161,15 @@ OpPlan& plan_for(const c10::OperatorHandle& op) {
       }
     }
     plan->facts.ret_written_arg.push_back(idx);
+  }
+  // Only structured ops (those with a CompositeExplicitAutogradNonFunctional
+  // kernel) promise that out= kernels write exactly the meta-inferred
+  // outputs; others may use `out` as scratch of another shape.
+  // Known exceptions: out= kernels that reshape `out` while they work.
+  static const std::unordered_set<std::string> kScratchOut = {"aten::mse_loss"};
+  if (!plan->has_mutable_arg && !kScratchOut.count(plan->name) &&
+      op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+    plan->out_op = find_out_variant(schema);
   }
   if (forced_cpu_copy_ops().count(plan->name)) {
     plan->mode = Mode::kCpuCopy;
@@ -306,7 +361,35 @@ bool run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
   // 3. The kernel: nothing to run for pure views; otherwise the CPU kernel on
   //    aliases (taken now, so later metadata changes of the arguments cannot
   //    leak into queued work), copying fresh results into their buffers.
-  if (plan.has_mutable_arg || !fresh.empty()) {
+  if (plan.out_op && plan.out_op_ok.load(std::memory_order_relaxed) && fresh.size() == nret &&
+      std::all_of(ret_fresh.begin(), ret_fresh.end(), [](bool f) { return f; })) {
+    // Every return is a fresh buffer: the out= kernel writes them directly.
+    CpuAliaser al;
+    Stack cpu_stack = cpu_args(plan, args, device, al);
+    std::vector<at::Tensor> expected;
+    for (const IValue& r : results) {
+      expected.push_back(cpu_alias(r.toTensor()));
+      cpu_stack.emplace_back(cpu_alias(r.toTensor(), /*resizable=*/true));
+    }
+    launch(device, plan.name.c_str(),
+           [op = *plan.out_op, &ok = plan.out_op_ok, cpu_stack = std::move(cpu_stack),
+            expected = std::move(expected)]() mutable {
+             const size_t first_out = cpu_stack.size() - expected.size();
+             std::vector<at::Tensor> outs;
+             for (size_t i = 0; i < expected.size(); ++i) outs.push_back(cpu_stack[first_out + i].toTensor());
+             at::AutoDispatchBelowADInplaceOrView below_autograd;
+             redispatch(op, c10::DispatchKey::CPU, &cpu_stack);
+             // A kernel that used an output as scratch of another shape has
+             // moved it to host memory: copy the result into the device buffer.
+             for (size_t i = 0; i < outs.size(); ++i) {
+               if (outs[i].const_data_ptr() != expected[i].const_data_ptr() ||
+                   outs[i].sizes() != expected[i].sizes() || outs[i].strides() != expected[i].strides()) {
+                 expected[i].copy_(outs[i]);
+                 ok.store(false, std::memory_order_relaxed);  // use the copy path from now on
+               }
+             }
+           });
+  } else if (plan.has_mutable_arg || !fresh.empty()) {
     CpuAliaser al;
     Stack cpu_stack = cpu_args(plan, args, device, al);
     Stack fresh_aliases(nret);

@@ -1,5 +1,6 @@
 #include "csrc/aten/Launch.h"
 
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 
@@ -16,13 +17,13 @@ void release_storage(void* ctx) {
 
 }  // namespace
 
-at::Tensor cpu_alias(const at::Tensor& t) {
+at::Tensor cpu_alias(const at::Tensor& t, bool resizable) {
   c10::StorageImpl* st = t.storage().unsafeGetStorageImpl();
   c10::raw::intrusive_ptr::incref(st);
   c10::DataPtr dp(const_cast<void*>(st->data()), st, &release_storage, c10::Device(c10::kCPU));
   auto storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), st->nbytes(), std::move(dp),
-      /*allocator=*/nullptr, /*resizable=*/false);
+      resizable ? c10::GetCPUAllocator() : nullptr, resizable);
   auto impl = c10::make_intrusive<c10::TensorImpl>(
       c10::Storage(std::move(storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
   impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());

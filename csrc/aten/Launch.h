@@ -10,8 +10,10 @@ namespace torchneuron {
 
 // A CPU tensor over the same memory as a neuron tensor (same sizes, strides,
 // storage offset). It keeps the neuron storage alive. Only for use inside
-// queued work or after the stream has been synchronized.
-at::Tensor cpu_alias(const at::Tensor& t);
+// queued work or after the stream has been synchronized. A resizable alias
+// may be given new (host) memory by a kernel that resizes it; the caller
+// must then copy the result back.
+at::Tensor cpu_alias(const at::Tensor& t, bool resizable = false);
 
 // A neuron tensor viewing `storage` (a neuron storage) with the metadata of
 // `like` (sizes, strides, storage offset, dtype, conj/neg bits).

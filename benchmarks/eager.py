@@ -1,0 +1,157 @@
+"""Eager-mode benchmark: `neuron` against PyTorch CPU eager, in one run.
+
+    python benchmarks/eager.py [--quick]
+
+Prints, for each case, the CPU figure, the neuron figure and their ratio, next to
+the target:
+  - host latency per op on small tensors (add, mul, view, index_select): <= 2x CPU
+  - throughput of large matmul, elementwise and softmax:                   >= 0.95x CPU
+  - one training step of an MLP and of a transformer block:                <= 1.10x CPU
+  - asynchrony: time for the host to enqueue a chain of large ops vs the time
+    to run them (enqueue must return long before the work finishes).
+Timings on a shared machine are noisy: each figure is the median of several
+repeats, and only ratios within one run are meaningful.
+"""
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+
+
+def sync(device):
+    if device.type == "neuron":
+        torch.neuron.synchronize(device)
+
+
+def median_time(fn, device, repeats, inner):
+    """Median seconds per call of fn (inner calls per repeat, synced at the end)."""
+    fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync(device)
+        times.append((time.perf_counter() - t) / inner)
+    return statistics.median(times)
+
+
+def host_latency(device, op, repeats, inner):
+    a = torch.randn(16, 16, device=device)
+    b = torch.randn(16, 16, device=device)
+    idx = torch.tensor([0, 3, 5, 7], device=device)
+    fns = {
+        "add": lambda: a + b,
+        "mul": lambda: a * b,
+        "view": lambda: a.view(256),
+        "index_select": lambda: a.index_select(0, idx),
+    }
+    return median_time(fns[op], device, repeats, inner)
+
+
+def throughput(device, case, repeats):
+    g = torch.Generator().manual_seed(0)
+    if case == "matmul 1024":
+        a = torch.randn(1024, 1024, generator=g).to(device)
+        b = torch.randn(1024, 1024, generator=g).to(device)
+        fn, work, unit = (lambda: a @ b), 2 * 1024**3, "GFLOP/s"
+    elif case == "elementwise 16M":
+        a = torch.randn(16 * 2**20, generator=g).to(device)
+        b = torch.randn(16 * 2**20, generator=g).to(device)
+        fn, work, unit = (lambda: a * b + a), 5 * 4 * a.numel(), "GB/s"
+    else:  # softmax
+        a = torch.randn(4096, 4096, generator=g).to(device)
+        fn, work, unit = (lambda: torch.softmax(a, dim=-1)), 2 * 4 * a.numel(), "GB/s"
+    t = median_time(fn, device, repeats, 3)
+    return work / t / 1e9, unit
+
+
+def training_step(device, case, repeats):
+    torch.manual_seed(0)
+    if case == "MLP":
+        model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(),
+                              nn.Linear(512, 10))
+        x = torch.randn(128, 256)
+        y = torch.randint(0, 10, (128,))
+    else:
+        model = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+        x = torch.randn(16, 64, 256)
+        y = torch.randn(16, 64, 256)
+    model = model.to(device)
+    x, y = x.to(device), y.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step():
+        out = model(x)
+        loss = nn.functional.cross_entropy(out, y) if case == "MLP" else \
+            nn.functional.mse_loss(out, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return median_time(step, device, repeats, 3)
+
+
+def asynchrony(device, n_ops=20):
+    a = torch.randn(2048, 2048, device=device)
+    sync(device)
+    t = time.perf_counter()
+    x = a
+    for _ in range(n_ops):
+        x = x @ a
+        x = x / x.norm()  # keeps values finite; norm stays on the device
+    enqueue = time.perf_counter() - t
+    sync(device)
+    total = time.perf_counter() - t
+    return enqueue, total
+
+
+def row(name, cpu, neuron, ratio, target, ok, fmt):
+    mark = "ok" if ok else "MISS"
+    print(f"  {name:<22}{fmt(cpu):>14}{fmt(neuron):>14}{ratio:>9.2f}x   {target:<10}{mark}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description="neuron vs CPU eager benchmark")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
+    args = parser.parse_args()
+    reps = 3 if args.quick else 7
+    cpu, neuron = torch.device("cpu"), torch.device("neuron")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
+          f"neuron: {torch.neuron.get_device_name()}")
+    header = f"  {'case':<22}{'cpu':>14}{'neuron':>14}{'ratio':>10}   {'target':<10}"
+
+    print("\nHost latency per op, 16x16 tensors (lower is better; ratio = neuron/cpu)")
+    print(header)
+    us = lambda s: f"{s * 1e6:.2f} us"  # noqa: E731
+    for op in ["add", "mul", "view", "index_select"]:
+        c = host_latency(cpu, op, reps, 2000)
+        n = host_latency(neuron, op, reps, 2000)
+        row(op, c, n, n / c, "<= 2x", n / c <= 2.0, us)
+
+    print("\nThroughput of large ops (higher is better; ratio = neuron/cpu)")
+    print(header)
+    for case in ["matmul 1024", "elementwise 16M", "softmax 4096x4096"]:
+        c, unit = throughput(cpu, case, reps)
+        n, _ = throughput(neuron, case, reps)
+        row(case, c, n, n / c, ">= 0.95x", n / c >= 0.95, lambda v: f"{v:.1f} {unit}")
+
+    print("\nOne training step, AdamW (lower is better; ratio = neuron/cpu)")
+    print(header)
+    ms = lambda s: f"{s * 1e3:.2f} ms"  # noqa: E731
+    for case in ["MLP", "transformer block"]:
+        c = training_step(cpu, case, reps)
+        n = training_step(neuron, case, reps)
+        row(case, c, n, n / c, "<= 1.10x", n / c <= 1.10, ms)
+
+    print("\nAsynchrony: 20 chained 2048x2048 matmuls on neuron")
+    enqueue, total = asynchrony(neuron)
+    print(f"  host enqueue {enqueue * 1e3:.1f} ms, execution {total * 1e3:.1f} ms "
+          f"(enqueue = {enqueue / total:.1%} of execution)")
+
+
+if __name__ == "__main__":
+    main()
