@@ -83,9 +83,11 @@ int nrtStreamGetDeviceIndex(nrtStream_t stream);
 int64_t nrtStreamGetId(nrtStream_t stream);
 
 // Enqueues fn(user) on the stream. A non-zero return marks the op as failed:
-// the stream keeps the first failure ("op name: message"), skips the rest of
-// the work queued behind it, and returns nrtErrorLaunchFailure from the next
-// enqueue or synchronize on that stream (clearing the slot).
+// the stream keeps the first failure ("<op_name> failed on neuron:<d>:
+// <message>"), skips the rest of the work queued behind it, and returns
+// nrtErrorLaunchFailure from the next enqueue or synchronize on that stream
+// (clearing the slot). op_name must stay valid until the work has run (a
+// string literal, for instance).
 typedef int (*nrtHostFn)(void* user, char* message, size_t message_size);
 nrtStatus nrtLaunchHostFunc(nrtStream_t stream, nrtHostFn fn, void* user,
                             const char* op_name);

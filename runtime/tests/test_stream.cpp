@@ -1,0 +1,193 @@
+// Streams: ids, in-order execution, query/sync, concurrency between streams,
+// worker init, destroy.
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "support.hpp"
+
+using nrt_test::Gate;
+using Streams = nrt_test::RuntimeTest;
+
+TEST_F(Streams, DefaultAndCreatedIds) {
+  nrtStream_t d0 = nrt_test::default_stream(0);
+  nrtStream_t d1 = nrt_test::default_stream(1);
+  EXPECT_NE(d0, d1);
+  EXPECT_EQ(nrt_test::default_stream(0), d0);  // stable
+  EXPECT_EQ(nrtStreamGetId(d0), 0);
+  EXPECT_EQ(nrtStreamGetId(d1), 0);
+  EXPECT_EQ(nrtStreamGetDeviceIndex(d1), 1);
+  nrtStream_t a = nrt_test::new_stream(1);
+  nrtStream_t b = nrt_test::new_stream(1);
+  EXPECT_GE(nrtStreamGetId(a), 1);
+  EXPECT_EQ(nrtStreamGetId(b), nrtStreamGetId(a) + 1);
+  EXPECT_EQ(nrtStreamGetDeviceIndex(a), 1);
+  EXPECT_EQ(nrtStreamDestroy(a), nrtSuccess);
+  EXPECT_EQ(nrtStreamDestroy(b), nrtSuccess);
+}
+
+TEST_F(Streams, InOrderExecution) {
+  nrtStream_t s = nrt_test::default_stream(0);
+  std::vector<int> order;  // only touched by the worker until synchronize
+  constexpr int kTasks = 5000;
+  for (int i = 0; i < kTasks; ++i) {
+    neuronrt::launch(s, "append", [&order, i] { order.push_back(i); });
+  }
+  neuronrt::synchronize(s);
+  ASSERT_EQ(order.size(), static_cast<size_t>(kTasks));
+  for (int i = 0; i < kTasks; ++i) ASSERT_EQ(order[i], i);
+}
+
+TEST_F(Streams, ManySmallTasks) {
+  nrtStream_t s = nrt_test::new_stream(0);
+  std::atomic<int> count{0};
+  constexpr int kTasks = 150000;  // past the queue limit: the host waits
+  for (int i = 0; i < kTasks; ++i) {
+    neuronrt::launch(s, "inc", [&count] { count.fetch_add(1, std::memory_order_relaxed); });
+  }
+  neuronrt::synchronize(s);
+  EXPECT_EQ(count.load(), kTasks);
+  EXPECT_EQ(nrtStreamDestroy(s), nrtSuccess);
+}
+
+TEST_F(Streams, QueryAndSynchronize) {
+  nrtStream_t s = nrt_test::default_stream(0);
+  EXPECT_EQ(nrtStreamQuery(s), nrtSuccess);
+  Gate gate;
+  neuronrt::launch(s, "hold", [&gate] { gate.wait(); });
+  EXPECT_EQ(nrtStreamQuery(s), nrtErrorNotReady);
+  gate.open();
+  EXPECT_EQ(nrtStreamSynchronize(s), nrtSuccess);
+  EXPECT_EQ(nrtStreamQuery(s), nrtSuccess);
+}
+
+TEST_F(Streams, StreamsRunConcurrently) {
+  nrtStream_t a = nrt_test::new_stream(0);
+  nrtStream_t b = nrt_test::new_stream(0);
+  Gate gate;
+  std::atomic<bool> a_saw_open{false};
+  // a blocks until b's task opens the gate: only possible if both run at once.
+  neuronrt::launch(a, "wait for b", [&] { a_saw_open = gate.wait(); });
+  neuronrt::launch(b, "open", [&] { gate.open(); });
+  neuronrt::synchronize(a);
+  neuronrt::synchronize(b);
+  EXPECT_TRUE(a_saw_open.load());
+  EXPECT_EQ(nrtStreamDestroy(a), nrtSuccess);
+  EXPECT_EQ(nrtStreamDestroy(b), nrtSuccess);
+}
+
+namespace {
+std::atomic<int> g_init_calls{0};
+std::atomic<int> g_init_device{-1};
+thread_local bool t_initialized = false;
+void count_init(int device) {
+  g_init_calls.fetch_add(1);
+  g_init_device = device;
+  t_initialized = true;
+}
+}  // namespace
+
+TEST_F(Streams, WorkerInitRunsOncePerWorker) {
+  g_init_calls = 0;
+  neuronrt::set_worker_init(count_init);
+  nrtStream_t s = nrt_test::new_stream(1);
+  std::atomic<bool> initialized_before_work{false};
+  for (int i = 0; i < 10; ++i) {
+    neuronrt::launch(s, "check", [&] { initialized_before_work = t_initialized; });
+  }
+  neuronrt::synchronize(s);
+  EXPECT_EQ(g_init_calls.load(), 1);
+  EXPECT_EQ(g_init_device.load(), 1);
+  EXPECT_TRUE(initialized_before_work.load());
+  EXPECT_EQ(nrtStreamDestroy(s), nrtSuccess);
+  neuronrt::set_worker_init(nullptr);
+}
+
+TEST_F(Streams, OnWorkerThread) {
+  nrtStream_t s = nrt_test::default_stream(0);
+  EXPECT_FALSE(neuronrt::on_worker_thread());
+  std::atomic<bool> inside{false};
+  neuronrt::launch(s, "probe", [&] { inside = neuronrt::on_worker_thread(); });
+  neuronrt::synchronize(s);
+  EXPECT_TRUE(inside.load());
+}
+
+TEST_F(Streams, DestroyDrainsQueuedWork) {
+  nrtStream_t s = nrt_test::new_stream(0);
+  std::atomic<int> done{0};
+  for (int i = 0; i < 3; ++i) {
+    neuronrt::launch(s, "slow", [&done] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      ++done;
+    });
+  }
+  EXPECT_EQ(nrtStreamDestroy(s), nrtSuccess);
+  EXPECT_EQ(done.load(), 3);
+  // The handle is dead now.
+  EXPECT_EQ(nrtStreamSynchronize(s), nrtErrorInvalidHandle);
+  EXPECT_EQ(nrtStreamGetId(s), -1);
+  EXPECT_THROW(neuronrt::launch(s, "x", [] {}), neuronrt::Error);
+  EXPECT_EQ(nrtStreamDestroy(nrt_test::default_stream(0)), nrtErrorInvalidValue);
+}
+
+TEST_F(Streams, NeverUsedStreamDestroys) {
+  nrtStream_t s = nrt_test::new_stream(1);
+  EXPECT_EQ(nrtStreamSynchronize(s), nrtSuccess);
+  EXPECT_EQ(nrtStreamDestroy(s), nrtSuccess);
+}
+
+TEST_F(Streams, SynchronizingOwnStreamFromItsWorkIsRefused) {
+  nrtStream_t s = nrt_test::default_stream(0);
+  std::atomic<int> st{-1}, dev_st{-1};
+  neuronrt::launch(s, "self sync", [&] {
+    st = nrtStreamSynchronize(s);
+    dev_st = nrtDeviceSynchronize(0);
+  });
+  neuronrt::synchronize(s);
+  EXPECT_EQ(st.load(), nrtErrorInvalidValue);
+  EXPECT_EQ(dev_st.load(), nrtErrorInvalidValue);
+}
+
+TEST_F(Streams, NestedLaunchFromWork) {
+  nrtStream_t s = nrt_test::default_stream(0);
+  std::vector<int> order;
+  neuronrt::launch(s, "outer", [&order, s] {
+    order.push_back(1);
+    neuronrt::launch(s, "inner", [&order] { order.push_back(3); });
+    order.push_back(2);
+  });
+  neuronrt::synchronize(s);
+  neuronrt::synchronize(s);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+}
+
+namespace {
+int add_to(void* user, char*, size_t) {
+  *static_cast<int*>(user) += 5;
+  return 0;
+}
+}  // namespace
+
+TEST_F(Streams, HostFunction) {
+  nrtStream_t s = nrt_test::default_stream(1);
+  int value = 1;
+  ASSERT_EQ(nrtLaunchHostFunc(s, add_to, &value, "add"), nrtSuccess);
+  ASSERT_EQ(nrtLaunchHostFunc(s, add_to, &value, nullptr), nrtSuccess);
+  ASSERT_EQ(nrtStreamSynchronize(s), nrtSuccess);
+  EXPECT_EQ(value, 11);
+  EXPECT_EQ(nrtLaunchHostFunc(s, nullptr, nullptr, "null"), nrtErrorInvalidValue);
+}
+
+TEST_F(Streams, DeviceSynchronizeWaitsForAllStreams) {
+  nrtStream_t a = nrt_test::new_stream(0);
+  std::atomic<int> done{0};
+  auto slow = [&done] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ++done;
+  };
+  neuronrt::launch(a, "slow", slow);
+  neuronrt::launch(nrt_test::default_stream(0), "slow", slow);
+  neuronrt::synchronize_device(0);
+  EXPECT_EQ(done.load(), 2);
+  EXPECT_EQ(nrtStreamDestroy(a), nrtSuccess);
+}
