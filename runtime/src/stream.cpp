@@ -7,6 +7,7 @@
 // queued behind it is skipped (event markers and waits still run, so nobody
 // waiting on an event hangs). The next launch or synchronize reports the
 // failure and clears the slot; everything queued before that point is skipped.
+#include <chrono>
 #include "stream.hpp"
 
 #include <pthread.h>
@@ -120,6 +121,18 @@ void wait_device_idle(int device) {
 
 using namespace neuronrt::detail;
 
+namespace {
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+}  // namespace
+
 // ---- nrtStream_st ------------------------------------------------------------
 
 nrtStatus nrtStream_st::enqueue(Task&& t, bool report_failure, uint64_t* seq) {
@@ -163,6 +176,7 @@ nrtStatus nrtStream_st::enqueue(Task&& t, bool report_failure, uint64_t* seq) {
   t.seq = ++enqueued_;
   if (seq) *seq = t.seq;
   queue_.push(std::move(t));
+  enqueued_hint_.store(t.seq, std::memory_order_release);
   const bool wake = worker_waiting_;
   lock.unlock();
   if (wake) work_cv_.notify_one();
@@ -183,6 +197,19 @@ void nrtStream_st::worker_main() {
   }
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
+    if (queue_.empty() && !stopping_) {
+      // Spin briefly before sleeping: a host issuing a stream of small ops
+      // then finds the worker awake and pays for no wake-up (a futex call
+      // per op otherwise, which would double the cost of a small op).
+      const uint64_t seen = enqueued_;
+      lock.unlock();
+      const auto deadline = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+      while (enqueued_hint_.load(std::memory_order_acquire) == seen &&
+             std::chrono::steady_clock::now() < deadline) {
+        cpu_relax();
+      }
+      lock.lock();
+    }
     while (queue_.empty() && !stopping_) {
       worker_waiting_ = true;
       work_cv_.wait(lock);

@@ -136,6 +136,9 @@ struct nrtStream_st {
   uint64_t completed_ = 0;    // seq of the last finished task
   uint64_t skip_through_ = 0; // tasks up to this seq were queued behind a reported failure
   bool worker_waiting_ = false;
+  // Mirror of enqueued_ that the worker polls without the lock while it
+  // spins before sleeping.
+  std::atomic<uint64_t> enqueued_hint_{0};
   int done_waiters_ = 0;
   bool started_ = false;
   bool stopping_ = false;
