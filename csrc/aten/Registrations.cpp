@@ -3,6 +3,7 @@
 #include <torch/library.h>
 
 #include "csrc/aten/native/Copy.h"
+#include "csrc/aten/native/Elementwise.h"
 #include "csrc/aten/native/Factory.h"
 #include "csrc/aten/native/Random.h"
 #include "csrc/aten/native/Views.h"
@@ -29,6 +30,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unfold", TORCH_FN(native::unfold));
   m.impl("view_as_real", TORCH_FN(native::view_as_real));
   m.impl("view_as_complex", TORCH_FN(native::view_as_complex));
+  // hot elementwise ops (general cases go on to the fallback)
+  m.impl("add.Tensor", TORCH_FN(native::add));
+  m.impl("sub.Tensor", TORCH_FN(native::sub));
+  m.impl("mul.Tensor", TORCH_FN(native::mul));
+  m.impl("div.Tensor", TORCH_FN(native::div));
+  m.impl("add_.Tensor", TORCH_FN(native::add_));
+  m.impl("mul_.Tensor", TORCH_FN(native::mul_));
   // random ops whose CPU kernels would use the CPU generator
   m.impl("native_dropout", TORCH_FN(native::native_dropout));
 }
