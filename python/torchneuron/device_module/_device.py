@@ -23,13 +23,23 @@ def _index(device=None, optional=True) -> int:
     raise TypeError(f"[neuron] expected a device index, name or torch.device, got {device!r}")
 
 
-def _checked_index(device=None) -> int:
-    index = _index(device)
+def _checked_index(device=None, op: str = "") -> int:
+    """Like _index, but the index must name a visible core.
+
+    `op` names the calling function in the error message.
+    """
+    where = f"[neuron] {op}: " if op else "[neuron] "
     count = _C._device_count()
+    if count == 0:
+        # No core at all: say why (usually an invalid NEURON_RT_* variable).
+        raise RuntimeError(f"{where}no neuron device is available: "
+                           f"{_C._device_count_error() or 'the runtime reports 0 cores'}")
+    index = _index(device)
     if not 0 <= index < count:
         raise IndexError(
-            f"[neuron] device index {index} is out of range; this process has {count} neuron "
-            f"core(s). Set NEURON_RT_NUM_CORES or NEURON_RT_VISIBLE_CORES for more."
+            f"{where}device index {index} is out of range; this process has {count} neuron "
+            f"core(s) (neuron:0 to neuron:{count - 1}). Set NEURON_RT_NUM_CORES or "
+            f"NEURON_RT_VISIBLE_CORES for more."
         )
     return index
 
@@ -63,7 +73,7 @@ def current_device() -> int:
 
 
 def set_device(device) -> None:
-    _C._set_device(_checked_index(device))
+    _C._set_device(_checked_index(device, "set_device"))
 
 
 class device:
@@ -77,7 +87,7 @@ class device:
         if self.idx >= 0:
             self.prev_idx = _C._get_device()
             if self.idx != self.prev_idx:
-                set_device(self.idx)
+                _C._set_device(_checked_index(self.idx, "device"))
 
     def __exit__(self, *exc):
         if self.prev_idx >= 0 and self.prev_idx != self.idx:
@@ -109,13 +119,14 @@ class NeuronDeviceProperties:
 
 
 def get_device_properties(device=None) -> NeuronDeviceProperties:
-    return NeuronDeviceProperties(**_C._get_device_properties(_checked_index(device)))
+    return NeuronDeviceProperties(
+        **_C._get_device_properties(_checked_index(device, "get_device_properties")))
 
 
 def get_device_name(device=None) -> str:
-    return get_device_properties(device).name
+    return _C._get_device_properties(_checked_index(device, "get_device_name"))["name"]
 
 
 def synchronize(device=None) -> None:
     """Waits for all work queued on the device; raises the first error it met."""
-    _C._synchronize(_checked_index(device))
+    _C._synchronize(_checked_index(device, "synchronize"))

@@ -6,31 +6,32 @@ from ._device import _checked_index
 
 
 def memory_stats(device=None) -> dict:
-    return torch.accelerator.memory_stats(_checked_index(device))
+    return torch.accelerator.memory_stats(_checked_index(device, "memory_stats"))
 
 
 def memory_allocated(device=None) -> int:
-    return torch.accelerator.memory_allocated(_checked_index(device))
+    return torch.accelerator.memory_allocated(_checked_index(device, "memory_allocated"))
 
 
 def max_memory_allocated(device=None) -> int:
-    return torch.accelerator.max_memory_allocated(_checked_index(device))
+    return torch.accelerator.max_memory_allocated(_checked_index(device, "max_memory_allocated"))
 
 
 def memory_reserved(device=None) -> int:
-    return torch.accelerator.memory_reserved(_checked_index(device))
+    return torch.accelerator.memory_reserved(_checked_index(device, "memory_reserved"))
 
 
 def max_memory_reserved(device=None) -> int:
-    return torch.accelerator.max_memory_reserved(_checked_index(device))
+    return torch.accelerator.max_memory_reserved(_checked_index(device, "max_memory_reserved"))
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    torch.accelerator.reset_peak_memory_stats(_checked_index(device))
+    torch.accelerator.reset_peak_memory_stats(_checked_index(device, "reset_peak_memory_stats"))
 
 
 def reset_accumulated_memory_stats(device=None) -> None:
-    torch.accelerator.reset_accumulated_memory_stats(_checked_index(device))
+    index = _checked_index(device, "reset_accumulated_memory_stats")
+    torch.accelerator.reset_accumulated_memory_stats(index)
 
 
 def empty_cache() -> None:
@@ -40,12 +41,12 @@ def empty_cache() -> None:
 
 def mem_get_info(device=None):
     """(free, total) bytes of the device."""
-    return torch.accelerator.get_memory_info(_checked_index(device))
+    return torch.accelerator.get_memory_info(_checked_index(device, "mem_get_info"))
 
 
 def memory_snapshot(device=None):
     """The allocator's segments: address, sizes, pool and stream."""
-    return _C._memory_snapshot(_checked_index(device))
+    return _C._memory_snapshot(_checked_index(device, "memory_snapshot"))
 
 
 def _fmt(n: int) -> str:
@@ -58,7 +59,7 @@ def _fmt(n: int) -> str:
 
 def memory_summary(device=None, abbreviated: bool = False) -> str:
     """A table of the allocator's statistics, like torch.cuda.memory_summary."""
-    index = _checked_index(device)
+    index = _checked_index(device, "memory_summary")
     stats = memory_stats(index)
     free, total = mem_get_info(index)
     rows = [

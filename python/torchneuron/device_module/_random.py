@@ -5,8 +5,8 @@ from .. import _C
 from ._device import _checked_index, device_count
 
 
-def _generator(device=None) -> torch.Generator:
-    return _C._default_generator(_checked_index(device))
+def _generator(device=None, op: str = "default_generators") -> torch.Generator:
+    return _C._default_generator(_checked_index(device, op))
 
 
 class _DefaultGenerators:
@@ -48,11 +48,11 @@ def initial_seed() -> int:
 
 
 def get_rng_state(device="neuron") -> torch.Tensor:
-    return _generator(device).get_state()
+    return _generator(device, "get_rng_state").get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device="neuron") -> None:
-    _generator(device).set_state(new_state.clone())
+    _generator(device, "set_rng_state").set_state(new_state.clone())
 
 
 def get_rng_state_all():
