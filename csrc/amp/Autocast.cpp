@@ -11,6 +11,17 @@ using at::Scalar;
 using at::ScalarType;
 using at::Tensor;
 using at::TensorList;
+
+// Like CUDA's policy: binary_cross_entropy is unsafe to autocast.
+Tensor binary_cross_entropy_banned(const Tensor&, const Tensor&, const std::optional<Tensor>&,
+                                   int64_t) {
+  TORCH_CHECK(false,
+              "[neuron] torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe "
+              "to autocast. Many models use a sigmoid layer right before the binary cross entropy "
+              "layer; use torch.nn.functional.binary_cross_entropy_with_logits or "
+              "torch.nn.BCEWithLogitsLoss instead, which combine the two and are safe to "
+              "autocast.");
+}
 using namespace at::autocast;
 
 TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
@@ -27,6 +38,9 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
 #define NEURON_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
   AT_FORALL_PROMOTE(NEURON_PROMOTE)
+  // Like CUDA: unsafe to autocast, with a message that says what to use.
+  m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"),
+         TORCH_FN((&binary_cross_entropy_banned)));
 #undef NEURON_LOWER_PRECISION_FP
 #undef NEURON_FP32
 #undef NEURON_FP32_SET_OPT_DTYPE

@@ -10,6 +10,7 @@
 
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/EmptyTensor.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/env.h>
@@ -18,6 +19,7 @@
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/MetaInference.h"
 #include "csrc/aten/OpStats.h"
+#include "csrc/aten/native/Factory.h"
 #include "csrc/runtime/NeuronAllocator.h"
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronFunctions.h"
@@ -193,6 +195,8 @@ c10::DeviceIndex op_device(const OpPlan& plan, const Stack& args) {
   c10::DeviceIndex device = -1;
   std::optional<c10::Device> other;
   for (const IValue& v : args) {
+    // Index lists (Tensor?[]) may hold CPU tensors, as on CUDA.
+    const bool index_list = v.isList() && !v.isTensorList();
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!t.defined()) return;
       if (is_neuron(t)) {
@@ -201,7 +205,7 @@ c10::DeviceIndex op_device(const OpPlan& plan, const Stack& args) {
         } else if (t.device().index() != device && !other) {
           other = t.device();
         }
-      } else if (t.dim() != 0 && !other) {
+      } else if (t.dim() != 0 && !index_list && !other) {
         other = t.device();  // CPU scalars (0-dim) may mix, like on CUDA
       }
     });
@@ -221,9 +225,16 @@ c10::DeviceIndex op_device(const OpPlan& plan, const Stack& args) {
 struct CpuAliaser {
   // Few storages per op: linear search beats hashing. (neuron, alias) pairs.
   c10::SmallVector<std::pair<c10::StorageImpl*, at::Tensor>, 4> bases;
+  // Synchronous runs let kernels resize written arguments (see run_sync).
+  bool resizable = false;
+  // Queued runs copy host tensors that are not 0-dim (CPU index tensors):
+  // the caller may change them before the work runs.
+  bool snapshot_host_tensors = false;
 
   at::Tensor operator()(const at::Tensor& t) {
-    if (!is_neuron(t)) return t;
+    if (!is_neuron(t)) {
+      return snapshot_host_tensors && t.defined() && t.dim() != 0 ? t.clone() : t;
+    }
     auto* key = t.storage().unsafeGetStorageImpl();
     for (const auto& [neuron, alias] : bases) {
       if (neuron != key) continue;
@@ -234,7 +245,7 @@ struct CpuAliaser {
       if (t.is_neg()) impl->_set_neg(true);
       return at::Tensor(std::move(impl));
     }
-    at::Tensor a = cpu_alias(t);
+    at::Tensor a = cpu_alias(t, resizable);
     bases.emplace_back(key, a);
     return a;
   }
@@ -289,39 +300,41 @@ at::Tensor build_tensor(const TensorLayout& l, const c10::Storage& storage) {
   return at::Tensor(std::move(impl));
 }
 
-// Copies a host tensor into a fresh neuron tensor (stream already synced).
-at::Tensor upload_fresh(const at::Tensor& cpu, c10::DeviceIndex device) {
-  auto src = cpu.contiguous();
-  c10::Storage storage = fresh_storage(device, src.nbytes());
-  if (src.nbytes()) std::memcpy(storage.mutable_data(), src.const_data_ptr(), src.nbytes());
-  return neuron_view_like(storage, src);
+// Copies a host tensor into a fresh neuron tensor with the same layout
+// (stream already synced).
+at::Tensor upload_fresh(const at::Tensor& cpu, c10::DeviceIndex device, const std::string& op) {
+  native::check_dtype(cpu.scalar_type(), op.c_str());
+  at::Tensor src = cpu.is_non_overlapping_and_dense() ? cpu : cpu.contiguous();
+  size_t nbytes = at::detail::computeStorageNbytes(src.sizes(), src.strides(), src.itemsize());
+  c10::Storage storage = fresh_storage(device, nbytes);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), src.dtype());
+  impl->set_sizes_and_strides(src.sizes(), src.strides());
+  at::Tensor out(std::move(impl));
+  if (nbytes) cpu_alias(out).copy_(src);
+  return out;
 }
 
-// Returns false (leaving the stack untouched) when the output layout cannot
-// be known before running; the caller then takes the sync path.
-bool run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
-               c10::DeviceIndex device, size_t nargs) {
-  Stack args(stack->end() - nargs, stack->end());
-  // 1. The outputs' layout (from the Meta kernel, or remembered).
-  ArgSignature sig = signature_of(args, plan.facts);
-  std::shared_ptr<const OutputLayout> layout = plan.layouts.infer(op, plan.facts, args, sig);
-  if (!layout) return false;
-
-  // 2. Outputs: written arguments (resized if the kernel would), views of
-  //    argument storages, or fresh neuron buffers.
+// The op's outputs per its layout: written arguments (resized if the kernel
+// would), views of argument storages, or fresh neuron buffers (allocated
+// here). ret_fresh[r] tells whether return r got fresh buffers.
+Stack build_outputs(const OpPlan& plan, const OutputLayout& layout, const Stack& args,
+                    const ArgSignature& sig, c10::DeviceIndex device,
+                    std::vector<bool>& ret_fresh, bool& any_fresh) {
   std::vector<c10::Storage> fresh;
-  fresh.reserve(layout->fresh_nbytes.size());
-  for (size_t nbytes : layout->fresh_nbytes) fresh.push_back(fresh_storage(device, nbytes));
+  fresh.reserve(layout.fresh_nbytes.size());
+  for (size_t nbytes : layout.fresh_nbytes) fresh.push_back(fresh_storage(device, nbytes));
+  any_fresh = !fresh.empty();
   auto storage_of = [&](int id) -> c10::Storage {
     return id >= 0 ? c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(sig.storages[id]))
                    : fresh[-id - 1];
   };
-  const size_t nret = layout->returns.size();
+  const size_t nret = layout.returns.size();
   Stack results;
   results.reserve(nret);
-  std::vector<bool> ret_fresh(nret, false);
+  ret_fresh.assign(nret, false);
   for (size_t r = 0; r < nret; ++r) {
-    const ReturnLayout& rl = layout->returns[r];
+    const ReturnLayout& rl = layout.returns[r];
     switch (rl.kind) {
       case ReturnLayout::Kind::kWrittenArg: {
         const IValue& arg = args[plan.facts.ret_written_arg[r]];
@@ -357,14 +370,60 @@ bool run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
         break;
     }
   }
+  return results;
+}
+
+enum class AsyncResult { kDone, kNoLayout, kValidate, kSyncSignature };
+
+// Queues the op. Leaves the stack untouched and returns kNoLayout when the
+// output layout cannot be known before running, or kValidate (with the
+// layout in *to_validate) when this argument signature has not yet been
+// checked by running the CPU kernel; the caller then runs it synchronously.
+struct Validation {
+  std::shared_ptr<const OutputLayout> layout;
+  ArgSignature sig;
+};
+
+AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
+                      c10::DeviceIndex device, size_t nargs, Validation* to_validate) {
+  Stack args(stack->end() - nargs, stack->end());
+  // 1. The outputs' layout (from the Meta kernel, or remembered).
+  ArgSignature sig = signature_of(args, plan.facts);
+  std::shared_ptr<const OutputLayout> layout = plan.layouts.infer(op, plan.facts, args, sig);
+  if (!layout) return AsyncResult::kNoLayout;
+  switch (layout->state.load(std::memory_order_acquire)) {
+    case OutputLayout::kSyncOnly:
+      return AsyncResult::kSyncSignature;  // its Meta kernel disagrees with the CPU kernel
+    case OutputLayout::kUnvalidated:
+      if (!plan.layouts.trusted()) {
+        to_validate->layout = std::move(layout);
+        to_validate->sig = std::move(sig);
+        return AsyncResult::kValidate;
+      }
+      break;
+    default:
+      break;
+  }
+  for (const auto& rl : layout->returns) {
+    for (const auto& l : rl.tensors) {
+      if (l.defined && l.storage < 0) native::check_dtype(l.dtype, plan.name.c_str());
+    }
+  }
+
+  // 2. Outputs, per the layout.
+  std::vector<bool> ret_fresh;
+  bool any_fresh = false;
+  Stack results = build_outputs(plan, *layout, args, sig, device, ret_fresh, any_fresh);
+  const size_t nret = results.size();
 
   // 3. The kernel: nothing to run for pure views; otherwise the CPU kernel on
   //    aliases (taken now, so later metadata changes of the arguments cannot
   //    leak into queued work), copying fresh results into their buffers.
-  if (plan.out_op && plan.out_op_ok.load(std::memory_order_relaxed) && fresh.size() == nret &&
+  if (plan.out_op && plan.out_op_ok.load(std::memory_order_relaxed) && any_fresh &&
       std::all_of(ret_fresh.begin(), ret_fresh.end(), [](bool f) { return f; })) {
     // Every return is a fresh buffer: the out= kernel writes them directly.
     CpuAliaser al;
+    al.snapshot_host_tensors = true;
     Stack cpu_stack = cpu_args(plan, args, device, al);
     std::vector<at::Tensor> expected;
     for (const IValue& r : results) {
@@ -389,8 +448,9 @@ bool run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
                }
              }
            });
-  } else if (plan.has_mutable_arg || !fresh.empty()) {
+  } else if (plan.has_mutable_arg || any_fresh) {
     CpuAliaser al;
+    al.snapshot_host_tensors = true;
     Stack cpu_stack = cpu_args(plan, args, device, al);
     Stack fresh_aliases(nret);
     for (size_t r = 0; r < nret; ++r) {
@@ -420,32 +480,146 @@ bool run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
   torch::jit::drop(*stack, nargs);
   for (auto& v : results) stack->push_back(std::move(v));
   plan.counter->count(ExecPath::kQueue);
+  return AsyncResult::kDone;
+}
+
+class SilentWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override {}
+};
+
+c10::WarningHandler& silent_warnings() {
+  static SilentWarnings handler;
+  return handler;
+}
+
+// Do a run's results (CPU tensors) agree with the layout its Meta kernel
+// predicted? Written arguments are checked by the caller's tensors.
+bool agrees(const OutputLayout& layout, const Stack& results) {
+  auto same = [](const TensorLayout& l, const at::Tensor& t) {
+    return l.defined == t.defined() &&
+           (!t.defined() || (l.dtype == t.scalar_type() && c10::IntArrayRef(l.sizes) == t.sizes()));
+  };
+  for (size_t r = 0; r < layout.returns.size(); ++r) {
+    const ReturnLayout& rl = layout.returns[r];
+    const IValue& v = results[r];
+    switch (rl.kind) {
+      case ReturnLayout::Kind::kWrittenArg:
+        if (rl.resized && v.isTensor() && !same(rl.tensors[0], v.toTensor())) return false;
+        break;
+      case ReturnLayout::Kind::kTensor:
+        if (!v.isTensor() || !same(rl.tensors[0], v.toTensor())) return false;
+        break;
+      case ReturnLayout::Kind::kTensorList: {
+        if (!v.isTensorList() || v.toTensorList().size() != rl.tensors.size()) return false;
+        auto list = v.toTensorList();
+        for (size_t i = 0; i < rl.tensors.size(); ++i) {
+          if (!same(rl.tensors[i], list.get(i))) return false;
+        }
+        break;
+      }
+      case ReturnLayout::Kind::kOther:
+        break;
+    }
+  }
   return true;
 }
 
-void run_sync(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
-              c10::DeviceIndex device, size_t nargs) {
+// Runs the CPU kernel on aliases on the calling thread, after the stream has
+// drained. Used for ops whose output shape depends on the data, for ops that
+// return non-tensors, and for the first run of each argument signature
+// (`validate`): then the layout is marked validated or sync-only, and fresh
+// outputs go to device buffers allocated up front, so that exhausting the
+// device is reported as such before any host work.
+void run_sync(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack, c10::DeviceIndex device,
+              size_t nargs, const Validation* validate = nullptr) {
   Stack args(stack->end() - nargs, stack->end());
+  std::vector<c10::Storage> planned;
+  if (validate) {
+    for (const auto& rl : validate->layout->returns) {
+      for (const auto& l : rl.tensors) {
+        if (l.defined && l.storage < 0) native::check_dtype(l.dtype, plan.name.c_str());
+      }
+    }
+    for (size_t nbytes : validate->layout->fresh_nbytes) {
+      planned.push_back(fresh_storage(device, nbytes));
+    }
+  }
   sync_current_stream(device);
   CpuAliaser al;
+  al.resizable = true;
   Stack cpu_stack = cpu_args(plan, args, device, al);
+  // The aliases of written arguments, to see what the kernel did to them.
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (neuron, alias)
+  for (size_t i = 0; i < nargs; ++i) {
+    const auto& info = op.schema().arguments()[i].alias_info();
+    if (info && info->isWrite() && args[i].isTensor() && is_neuron(args[i].toTensor())) {
+      written.emplace_back(args[i].toTensor(), cpu_stack[i].toTensor());
+    }
+  }
   {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
+    // A first run repeats the checks its Meta kernel made (and warned about)
+    // on this thread a moment ago: keep the user from seeing them twice.
+    std::optional<c10::WarningUtils::WarningHandlerGuard> quiet;
+    if (validate) quiet.emplace(&silent_warnings());
     redispatch(op, c10::DispatchKey::CPU, &cpu_stack);
   }
-  auto to_neuron = [&](const at::Tensor& t) -> at::Tensor {
+  // A kernel that resized a written argument (out= of the wrong shape):
+  // follow it on the device tensor, moving the data if it got new memory.
+  for (auto& [t, alias] : written) {
+    if (alias.storage().data() != t.storage().data()) {
+      size_t nbytes = alias.storage().nbytes();
+      resize_storage_bytes(t.storage().unsafeGetStorageImpl(), nbytes);
+      if (nbytes) std::memcpy(t.storage().mutable_data(), alias.storage().data(), nbytes);
+    }
+    if (alias.sizes() != t.sizes() || alias.strides() != t.strides() ||
+        alias.storage_offset() != t.storage_offset()) {
+      t.unsafeGetTensorImpl()->set_sizes_and_strides(alias.sizes(), alias.strides(),
+                                                     alias.storage_offset());
+    }
+  }
+  const bool use_planned = validate && agrees(*validate->layout, cpu_stack);
+  auto to_neuron = [&](const at::Tensor& t, const TensorLayout* l) -> at::Tensor {
     if (!t.defined() || t.device().type() != c10::kCPU) return t;
     if (auto* st = al.neuron_storage_of(t.storage().unsafeGetStorageImpl())) {
       return neuron_view_like(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(st)), t);
     }
-    return upload_fresh(t, device);
+    if (use_planned && l && l->storage < 0) {
+      at::Tensor out = build_tensor(*l, planned[-l->storage - 1]);
+      cpu_alias(out).copy_(t);
+      return out;
+    }
+    return upload_fresh(t, device, plan.name);
   };
   const size_t nret = plan.facts.ret_written_arg.size();
   Stack results;
   results.reserve(nret);
   for (size_t r = 0; r < nret; ++r) {
     int w = plan.facts.ret_written_arg[r];
-    results.push_back(w >= 0 ? args[w] : map_tensors(cpu_stack[r], to_neuron));
+    if (w >= 0) {
+      results.push_back(args[w]);
+      continue;
+    }
+    const ReturnLayout* rl = use_planned ? &validate->layout->returns[r] : nullptr;
+    const IValue& v = cpu_stack[r];
+    if (v.isTensor()) {
+      results.emplace_back(to_neuron(v.toTensor(), rl ? &rl->tensors[0] : nullptr));
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> list;
+      auto in = v.toTensorList();
+      for (size_t i = 0; i < in.size(); ++i) {
+        list.push_back(to_neuron(in.get(i), rl ? &rl->tensors[i] : nullptr));
+      }
+      results.emplace_back(std::move(list));
+    } else {
+      results.push_back(map_tensors(v, [&](const at::Tensor& t) { return to_neuron(t, nullptr); }));
+    }
+  }
+  if (validate) {
+    auto state = use_planned ? OutputLayout::kValidated : OutputLayout::kSyncOnly;
+    validate->layout->state.store(state, std::memory_order_release);
+    if (use_planned) plan.layouts.note_validated();
   }
   torch::jit::drop(*stack, nargs);
   for (auto& v : results) stack->push_back(std::move(v));
@@ -481,28 +655,33 @@ void neuron_fallback(const c10::OperatorHandle& op, Stack* stack) {
     Stack args_view(stack->end() - nargs, stack->end());
     device = op_device(plan, args_view);
   }
-  switch (plan.mode.load(std::memory_order_relaxed)) {
-    case Mode::kCpuCopy:
-      return run_cpu_copy(op, plan, stack, device);
-    case Mode::kSync:
-      try {
-        return run_sync(op, plan, stack, device, nargs);
-      } catch (const c10::Error&) {
-        rethrow_with_op(plan.name);
-      }
-    case Mode::kAsync:
-      break;
-  }
-  if (run_async(op, plan, stack, device, nargs)) return;
-  // No Meta kernel, or one that needs the data (data-dependent shapes): run
-  // it synchronously. If that works, go there directly next time; if it
-  // fails too, it was the caller's error and the CPU kernel's message stands.
   try {
+    switch (plan.mode.load(std::memory_order_relaxed)) {
+      case Mode::kCpuCopy:
+        return run_cpu_copy(op, plan, stack, device);
+      case Mode::kSync:
+        return run_sync(op, plan, stack, device, nargs);
+      case Mode::kAsync:
+        break;
+    }
+    Validation to_validate;
+    switch (run_async(op, plan, stack, device, nargs, &to_validate)) {
+      case AsyncResult::kDone:
+        return;
+      case AsyncResult::kValidate:
+        return run_sync(op, plan, stack, device, nargs, &to_validate);
+      case AsyncResult::kSyncSignature:
+        return run_sync(op, plan, stack, device, nargs);
+      case AsyncResult::kNoLayout:
+        break;
+    }
+    // No Meta kernel, or one that needs the data (data-dependent shapes):
+    // run it synchronously, and go there directly next time if that works.
     run_sync(op, plan, stack, device, nargs);
+    set_mode(plan, Mode::kSync);
   } catch (const c10::Error&) {
     rethrow_with_op(plan.name);
   }
-  set_mode(plan, Mode::kSync);
 }
 
 void register_structured_overrides() {

@@ -11,6 +11,18 @@ namespace torchneuron {
 
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// Runs `op` through the fallback from an unboxed kernel (for the general
+// cases of direct kernels, and for ops routed to another ATen op). Returns
+// the stack of results.
+template <typename... Args>
+torch::jit::Stack call_fallback(const c10::OperatorHandle& op, Args&&... args) {
+  torch::jit::Stack stack;
+  stack.reserve(sizeof...(Args));
+  (stack.emplace_back(std::forward<Args>(args)), ...);
+  neuron_fallback(op, &stack);
+  return stack;
+}
+
 // Routes the functional and in-place variants of structured ops (which
 // would otherwise go through CompositeExplicitAutogradNonFunctional) to the
 // fallback directly. Called once when the extension loads.

@@ -45,7 +45,8 @@ struct Walker {
     k.push_back(is_neuron(t) ? storage_id(t.storage().unsafeGetStorageImpl()) : -1);
     k.push_back(static_cast<int64_t>(t.storage().nbytes()));
     k.push_back(t.storage_offset());
-    k.push_back((t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0));
+    k.push_back((t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0) |
+                (t.unsafeGetTensorImpl()->is_wrapped_number() ? 4 : 0));
     k.push_back(t.dim());
     for (auto s : t.sizes()) k.push_back(s);
     for (auto s : t.strides()) k.push_back(s);
@@ -149,6 +150,8 @@ struct MetaArgs {
     impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
     if (t.is_conj()) impl->_set_conj(true);
     if (t.is_neg()) impl->_set_neg(true);
+    // Python scalars: type promotion treats wrapped numbers specially.
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) impl->set_wrapped_number(true);
     return at::Tensor(std::move(impl));
   }
 

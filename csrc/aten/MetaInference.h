@@ -4,6 +4,7 @@
 // repeats the same shapes pays for the Meta kernel once.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -38,6 +39,12 @@ struct ReturnLayout {
 struct OutputLayout {
   std::vector<ReturnLayout> returns;
   std::vector<size_t> fresh_nbytes;  // bytes of each fresh storage
+  // Meta kernels check less than CPU kernels do (dtypes, strides, scalar
+  // ranges). The first call of each signature therefore runs the CPU kernel
+  // at once, so argument errors surface at the op; the layout is used for
+  // queued calls only once that run agreed with it.
+  enum State : uint8_t { kUnvalidated, kValidated, kSyncOnly };
+  mutable std::atomic<uint8_t> state{kUnvalidated};
 };
 
 // What inference needs to know about the op's schema.
@@ -57,6 +64,13 @@ ArgSignature signature_of(const torch::jit::Stack& args, const SchemaFacts& fact
 
 class InferenceCache {
  public:
+  // After this many signatures validated in agreement with their Meta
+  // layout, an op's new signatures are trusted without a synchronous first
+  // run (ops fed ever-changing shapes would otherwise sync on every call).
+  static constexpr int kTrustAfter = 64;
+  bool trusted() const { return validated_.load(std::memory_order_relaxed) >= kTrustAfter; }
+  void note_validated() { validated_.fetch_add(1, std::memory_order_relaxed); }
+
   // The outputs' layout, or nullptr when the Meta kernel cannot tell (no
   // Meta kernel, or shapes that depend on the data). Thread-safe.
   std::shared_ptr<const OutputLayout> infer(const c10::OperatorHandle& op,
@@ -72,6 +86,7 @@ class InferenceCache {
   std::mutex mutex_;
   std::unordered_map<size_t, std::vector<Entry>> entries_;  // by key hash
   size_t size_ = 0;
+  std::atomic<int> validated_{0};
 };
 
 }  // namespace torchneuron

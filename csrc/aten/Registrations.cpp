@@ -2,10 +2,12 @@
 // goes through the boxed fallback (Fallback.cpp).
 #include <torch/library.h>
 
+#include "csrc/aten/native/Convolution.h"
 #include "csrc/aten/native/Copy.h"
 #include "csrc/aten/native/Elementwise.h"
 #include "csrc/aten/native/Factory.h"
 #include "csrc/aten/native/Random.h"
+#include "csrc/aten/native/Streams.h"
 #include "csrc/aten/native/Views.h"
 
 namespace torchneuron {
@@ -37,6 +39,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("div.Tensor", TORCH_FN(native::div));
   m.impl("add_.Tensor", TORCH_FN(native::add_));
   m.impl("mul_.Tensor", TORCH_FN(native::mul_));
+  // convolutions (PyTorch routes out-of-tree devices to the overrideable ops)
+  m.impl("convolution_overrideable", TORCH_FN(native::convolution_overrideable));
+  m.impl("convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));
+  // streams
+  m.impl("record_stream", TORCH_FN(native::record_stream));
   // random ops whose CPU kernels would use the CPU generator
   m.impl("native_dropout", TORCH_FN(native::native_dropout));
 }

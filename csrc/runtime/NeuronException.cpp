@@ -46,8 +46,13 @@ namespace torchneuron {
 namespace {
 template <typename E>
 [[noreturn]] void prefixed(const E& e, const std::string& op) {
-  if (e.msg().rfind("[neuron]", 0) == 0) throw e;
-  throw E("[neuron] " + op + ": " + e.msg(), e.backtrace(), e.caller());
+  // Carrying the note of the queued op that raised it: keep it as it is.
+  if (!e.context().empty()) throw;
+  const std::string tag = "[neuron] ";
+  std::string msg = e.msg();
+  if (msg.rfind(tag + op + ":", 0) == 0) throw;  // names this op already
+  if (msg.rfind(tag, 0) == 0) msg = msg.substr(tag.size());
+  throw E(tag + op + ": " + msg, e.backtrace(), e.caller());
 }
 }  // namespace
 

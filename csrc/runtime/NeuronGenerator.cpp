@@ -89,6 +89,9 @@ at::Generator cpu_generator_for(const std::optional<at::Generator>& gen, c10::De
   TORCH_CHECK(gen->device().type() == c10::DeviceType::PrivateUse1, "[neuron] ", op,
               ": expected a generator on neuron for a neuron tensor, got one on ",
               gen->device(), ". Create it with torch.Generator(device='neuron').");
+  TORCH_CHECK(gen->device().index() == device, "[neuron] ", op, ": the generator is on ",
+              gen->device(), " but the tensor is on neuron:", static_cast<int>(device),
+              "; use a generator of the same core.");
   return gen->get<NeuronGeneratorImpl>()->cpu_generator();
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -78,8 +79,10 @@ void device_to_host(const at::Tensor& src, const at::Tensor& dst, bool non_block
 void device_to_device(const at::Tensor& src, const at::Tensor& dst) {
   auto src_dev = src.device().index();
   auto dst_dev = dst.device().index();
-  at::Tensor s = cpu_alias(src);
   at::Tensor d = cpu_alias(dst);
+  // One alias storage when they share memory, so copy_ sees the overlap.
+  at::Tensor s = src.storage().is_alias_of(dst.storage()) ? d.as_strided(src.sizes(), src.strides(), src.storage_offset()) : cpu_alias(src);
+  if (s.dtype() != src.dtype()) s = cpu_alias(src);
   if (src_dev != dst_dev) {
     // The copy runs on dst's stream after src's queued work; src's stream
     // then waits for the copy, so later writes to src cannot race it.
@@ -106,6 +109,9 @@ void device_to_device(const at::Tensor& src, const at::Tensor& dst) {
 
 at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (dst.numel() == 0) return dst;
+  // What CPU copy_ refuses, refused here at the call (not when the work runs).
+  at::assert_no_internal_overlap(dst);
+  if (self.storage().is_alias_of(dst.storage())) at::assert_no_partial_overlap(dst, self);
   TORCH_CHECK(!dst.is_conj() && !dst.is_neg(),
               "[neuron] copy_: the destination must not be a conjugate or negative view");
   NEURON_TRY {

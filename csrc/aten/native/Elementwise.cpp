@@ -17,7 +17,10 @@ namespace {
 // Same device, dtype, sizes and strides, dense, floating: the output (or the
 // in-place self) has exactly this layout, so nothing needs inferring.
 bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
+  // Operands sharing memory go to the fallback, whose aliases share storage
+  // so that ATen's overlap checks see the truth.
   return b.device() == a.device() && a.scalar_type() == b.scalar_type() &&
+         !a.storage().is_alias_of(b.storage()) &&
          at::isFloatingType(a.scalar_type()) && a.sizes() == b.sizes() &&
          a.strides() == b.strides() && a.is_non_overlapping_and_dense() &&
          !a.is_conj() && !b.is_conj() && !a.is_neg() && !b.is_neg();
@@ -37,17 +40,8 @@ at::Tensor empty_like_dense(const at::Tensor& a) {
 // The boxed fallback for the general case.
 template <typename... Args>
 c10::IValue via_fallback(const char* name, const char* overload, Args&&... args) {
-  static thread_local std::unordered_map<std::string, c10::OperatorHandle> handles;
-  std::string key = std::string(name) + "." + overload;
-  auto it = handles.find(key);
-  if (it == handles.end()) {
-    it = handles.emplace(key, c10::Dispatcher::singleton().findSchemaOrThrow(name, overload)).first;
-  }
-  torch::jit::Stack stack;
-  stack.reserve(sizeof...(Args));
-  (stack.emplace_back(std::forward<Args>(args)), ...);
-  neuron_fallback(it->second, &stack);
-  return std::move(stack.back());
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  return std::move(call_fallback(op, std::forward<Args>(args)...).back());
 }
 
 // Queues out_fn(out, a, b) on CPU aliases; counts it as a direct kernel.
@@ -113,7 +107,7 @@ at::Tensor div(const at::Tensor& self, const at::Tensor& other) {
 }
 
 at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  if (!same_dense_layout(self, other) || self.is_same(other)) {
+  if (!same_dense_layout(self, other)) {
     via_fallback("aten::add_", "Tensor", self, other, alpha);
     return self;
   }
@@ -124,7 +118,7 @@ at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& al
 }
 
 at::Tensor& mul_(at::Tensor& self, const at::Tensor& other) {
-  if (!same_dense_layout(self, other) || self.is_same(other)) {
+  if (!same_dense_layout(self, other)) {
     via_fallback("aten::mul_", "Tensor", self, other);
     return self;
   }

@@ -25,6 +25,12 @@ void check_layout(std::optional<c10::Layout> layout, const char* op) {
                               *layout);
 }
 
+void check_not_pinned(std::optional<bool> pin_memory, const char* op) {
+  TORCH_CHECK(!pin_memory.value_or(false), "[neuron] ", op,
+              ": only dense CPU tensors can be pinned; pin_memory=True makes no sense for a "
+              "neuron tensor");
+}
+
 }  // namespace
 
 void check_dtype(c10::ScalarType dtype, const char* op) {
@@ -44,6 +50,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
                          std::optional<c10::Device> device, std::optional<bool> pin_memory) {
   auto index = target_device(device, "empty_strided");
+  check_not_pinned(pin_memory, "empty_strided");
   check_layout(layout, "empty_strided");
   auto st = c10::dtype_or_default(dtype);
   check_dtype(st, "empty_strided");
@@ -57,6 +64,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
                                std::optional<c10::Device> device, std::optional<bool> pin_memory,
                                std::optional<c10::MemoryFormat> memory_format) {
   auto index = target_device(device, "empty");
+  check_not_pinned(pin_memory, "empty");
   check_layout(layout, "empty");
   auto st = c10::dtype_or_default(dtype);
   check_dtype(st, "empty");
