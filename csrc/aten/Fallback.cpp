@@ -141,6 +141,7 @@ OpPlan& plan_for(const c10::OperatorHandle& op) {
   plan->name = schema.name();
   if (!schema.overload_name().empty()) plan->name += "." + schema.overload_name();
   plan->counter = &op_counter(plan->name);
+  plan->facts.key_float_values = schema.name() == "aten::arange" || schema.name() == "aten::range";
   const auto& args = schema.arguments();
   for (const auto& a : args) {
     if (a.alias_info() && a.alias_info()->isWrite()) plan->has_mutable_arg = true;
@@ -183,8 +184,6 @@ OpPlan& plan_for(const c10::OperatorHandle& op) {
   if (!slot) slot = std::move(plan);
   return *slot;
 }
-
-void set_mode(OpPlan& plan, Mode mode) { plan.mode.store(mode, std::memory_order_relaxed); }
 
 bool is_neuron(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
@@ -373,10 +372,10 @@ Stack build_outputs(const OpPlan& plan, const OutputLayout& layout, const Stack&
   return results;
 }
 
-enum class AsyncResult { kDone, kNoLayout, kValidate, kSyncSignature };
+enum class AsyncResult { kDone, kValidate, kSyncSignature };
 
-// Queues the op. Leaves the stack untouched and returns kNoLayout when the
-// output layout cannot be known before running, or kValidate (with the
+// Queues the op. Leaves the stack untouched and returns kSyncSignature when
+// the output layout cannot be known before running, or kValidate (with the
 // layout in *to_validate) when this argument signature has not yet been
 // checked by running the CPU kernel; the caller then runs it synchronously.
 struct Validation {
@@ -390,10 +389,9 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
   // 1. The outputs' layout (from the Meta kernel, or remembered).
   ArgSignature sig = signature_of(args, plan.facts);
   std::shared_ptr<const OutputLayout> layout = plan.layouts.infer(op, plan.facts, args, sig);
-  if (!layout) return AsyncResult::kNoLayout;
   switch (layout->state.load(std::memory_order_acquire)) {
     case OutputLayout::kSyncOnly:
-      return AsyncResult::kSyncSignature;  // its Meta kernel disagrees with the CPU kernel
+      return AsyncResult::kSyncSignature;  // no layout, or one the CPU kernel disagreed with
     case OutputLayout::kUnvalidated:
       if (!plan.layouts.trusted()) {
         to_validate->layout = std::move(layout);
@@ -672,13 +670,7 @@ void neuron_fallback(const c10::OperatorHandle& op, Stack* stack) {
         return run_sync(op, plan, stack, device, nargs, &to_validate);
       case AsyncResult::kSyncSignature:
         return run_sync(op, plan, stack, device, nargs);
-      case AsyncResult::kNoLayout:
-        break;
     }
-    // No Meta kernel, or one that needs the data (data-dependent shapes):
-    // run it synchronously, and go there directly next time if that works.
-    run_sync(op, plan, stack, device, nargs);
-    set_mode(plan, Mode::kSync);
   } catch (const c10::Error&) {
     rethrow_with_op(plan.name);
   }

@@ -25,6 +25,7 @@ bool is_neuron(const at::Tensor& t) {
 
 struct Walker {
   ArgSignature& sig;
+  bool float_values;
 
   int storage_id(c10::StorageImpl* st) {
     for (size_t i = 0; i < sig.storages.size(); ++i) {
@@ -66,11 +67,13 @@ struct Walker {
       k.push_back(kInt);
       k.push_back(v.toInt());
     } else if (v.isDouble()) {
-      double d = v.toDouble();
-      int64_t bits;
-      std::memcpy(&bits, &d, sizeof bits);
       k.push_back(kDouble);
-      k.push_back(bits);
+      if (float_values) {
+        double d = v.toDouble();
+        int64_t bits;
+        std::memcpy(&bits, &d, sizeof bits);
+        k.push_back(bits);
+      }
     } else if (v.isBool()) {
       k.push_back(kBool);
       k.push_back(v.toBool());
@@ -90,13 +93,7 @@ struct Walker {
     } else if (v.isGenerator()) {
       k.push_back(kGenerator);
     } else if (v.isComplexDouble()) {
-      auto c = v.toComplexDouble();
-      double parts[2] = {c.real(), c.imag()};
-      int64_t bits[2];
-      std::memcpy(bits, parts, sizeof bits);
       k.push_back(kComplex);
-      k.push_back(bits[0]);
-      k.push_back(bits[1]);
     } else if (v.isIntList()) {
       k.push_back(kIntList);
       auto l = v.toIntVector();
@@ -134,6 +131,10 @@ struct MetaArgs {
 
   at::Tensor convert(const at::Tensor& t, const ArgSignature& sig) {
     if (!t.defined()) return t;
+    // CPU scalars (Python numbers, 0-dim CPU tensors) stay on the CPU: Meta
+    // kernels accept them beside meta tensors, as CPU kernels do beside
+    // device tensors, and type promotion treats them as scalars.
+    if (!is_neuron(t) && t.dim() == 0) return t;
     c10::Storage st;
     if (is_neuron(t)) {
       auto* key = t.storage().unsafeGetStorageImpl();
@@ -204,7 +205,7 @@ struct LayoutBuilder {
 
 ArgSignature signature_of(const Stack& args, const SchemaFacts& facts) {
   ArgSignature sig;
-  Walker w{sig};
+  Walker w{sig, facts.key_float_values};
   for (const IValue& v : args) w.value(v);
   return sig;
 }
@@ -249,7 +250,16 @@ std::shared_ptr<const OutputLayout> InferenceCache::infer(const c10::OperatorHan
   try {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
   } catch (const std::exception&) {
-    return nullptr;  // c10 errors, and Python errors from Python meta kernels
+    // c10 errors, and Python errors from Python meta kernels: no Meta kernel,
+    // one that needs the data, or one stricter than the CPU kernel (device
+    // checks on CPU scalars). This signature runs synchronously from now on.
+    auto none = std::make_shared<OutputLayout>();
+    none->state.store(OutputLayout::kSyncOnly, std::memory_order_relaxed);
+    if (!sig.cacheable) return none;
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_[hash].push_back(Entry{std::vector<int64_t>(sig.key.begin(), sig.key.end()), none});
+    ++size_;
+    return none;
   }
 
   auto result = std::make_shared<OutputLayout>();
@@ -280,7 +290,9 @@ std::shared_ptr<const OutputLayout> InferenceCache::infer(const c10::OperatorHan
     } else if (mv.isNone()) {
       rl.kind = ReturnLayout::Kind::kOther;
     } else {
-      return nullptr;  // a return kind we cannot build without running the op
+      result->state.store(OutputLayout::kSyncOnly, std::memory_order_relaxed);
+      result->returns.clear();  // a return kind we cannot build without running the op
+      break;
     }
     result->returns.push_back(std::move(rl));
   }

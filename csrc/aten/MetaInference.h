@@ -51,6 +51,11 @@ struct OutputLayout {
 struct SchemaFacts {
   std::vector<int> ret_written_arg;  // per return: argument it writes, or -1
   std::vector<bool> arg_is_generator;
+  // Floating-point scalar arguments (learning rates, alphas, eps) vary from
+  // call to call but never change an op's output layout, so signatures key
+  // them by type only, except for ops whose output shape follows their
+  // values (arange, range). Lists of floats (scale factors) key by value.
+  bool key_float_values = false;
 };
 
 // The arguments' neuron storages in order of first appearance, and the
@@ -71,8 +76,9 @@ class InferenceCache {
   bool trusted() const { return validated_.load(std::memory_order_relaxed) >= kTrustAfter; }
   void note_validated() { validated_.fetch_add(1, std::memory_order_relaxed); }
 
-  // The outputs' layout, or nullptr when the Meta kernel cannot tell (no
-  // Meta kernel, or shapes that depend on the data). Thread-safe.
+  // The outputs' layout. When the Meta kernel cannot tell (no Meta kernel,
+  // shapes that depend on the data), a layout in state kSyncOnly: the
+  // signature runs synchronously. Thread-safe.
   std::shared_ptr<const OutputLayout> infer(const c10::OperatorHandle& op,
                                             const SchemaFacts& facts,
                                             const torch::jit::Stack& args,
