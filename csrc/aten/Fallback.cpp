@@ -690,9 +690,13 @@ void register_structured_overrides() {
     auto op = dispatcher.findOp(name);
     if (!op) continue;
     if (op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
-    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
-      continue;
     if (!op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    // Also ops whose CompositeExplicitAutograd kernel is a generic version
+    // of their CPU kernel (native_layer_norm, native_group_norm, addr, ...):
+    // it would outrank the fallback and give other numerics than the CPU.
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) &&
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd))
+      continue;
     std::string full = name.name.substr(6);
     if (!name.overload_name.empty()) full += "." + name.overload_name;
     lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>());

@@ -49,3 +49,17 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace torchneuron
+
+// A copy from a conjugate or negative view must reach _copy_from with the
+// view as it is (the CPU aliases carry the bits; the CPU copy resolves
+// them): without these fallthroughs the Conjugate/Negative fallbacks would
+// materialize through clone -> copy_ -> _copy_from, forever.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
