@@ -1,0 +1,597 @@
+"""Op conformance: PyTorch's OpInfo database run on `neuron` and compared with CPU.
+
+Every OpInfo in `torch.testing._internal.common_methods_invocations.op_db` is
+run sample by sample on `neuron` and on CPU, and the results are compared with
+`torch.testing.assert_close` at its default tolerances for the dtype (NaNs
+compare equal, as in PyTorch's own OpInfo tests). Tolerances are never
+loosened. Categories (one pytest test per OpInfo and category):
+
+  float32 forward    test_forward_float32: the op's outputs, plus the sample's
+                     tensor arguments afterwards (catches stray writes)
+  bfloat16 forward   test_forward_bfloat16: the same in bfloat16, for the
+                     OpInfos that list bfloat16 on CPU
+  float32 backward   test_backward_float32: gradients w.r.t. the sample's tensor
+                     inputs that require grad, for a fixed random grad_output,
+                     for the OpInfos that support float32 autograd on CPU
+  float32 in-place   test_inplace_float32: the OpInfo's in-place variant
+                     (x.op_(...)): the written tensors, the result, and that
+                     the result is the input tensor itself
+  float32 out=       test_out_float32: the out= variant with empty out
+                     tensors (which the op must resize): the out tensors, the
+                     result, and that the result is the out tensors themselves
+
+How a sample is run: the OpInfo's samples are generated on CPU (seeded by the
+OpInfo machinery, so a sample index always names the same input), then copied
+to `neuron` with their exact layout (strides, storage offset, and storage
+shared between arguments are kept) and with `device='cpu'` arguments turned
+into `device='neuron'`. The op runs on both copies (twice on neuron: the
+backend runs the first call of each argument signature synchronously and
+queues the later ones, and both must agree with CPU); the sample's
+`output_process_fn_grad` is applied to both results, as in PyTorch's
+test_compare_cpu; every tensor output of the neuron run must be on `neuron`.
+
+Sample cap: none by default, every sample of every OpInfo runs (the whole file
+takes about 4 minutes on a 2-core machine). TORCHNEURON_OPINFO_MAX_SAMPLES=N
+runs only the first N samples of each OpInfo; the summary names the cap.
+
+Excluded samples (reported, never counted as passes):
+  * ops whose outputs are random or uninitialized: the OpInfo's own
+    test_compare_cpu skips ("output is non-deterministic", "undefined
+    outputs", ...) and RANDOM_OPS below;
+  * samples whose CPU result changes between two runs with different seeds
+    (e.g. attention with dropout_p > 0);
+  * samples the CPU reference itself rejects (neuron must then reject them
+    too, or the sample fails);
+  * samples with no tensor and no device argument (the op never reaches
+    neuron; out= samples still run, their out tensors are on neuron);
+    backward samples without a differentiable output; in-place samples that
+    broadcast their input; out= samples whose output is not a tensor or a
+    tuple of tensors.
+
+Known failures live in tests/opinfo_known_failures.json: one entry per
+(op, dtype, direction) with the failing sample indices (or "all") and a
+reason. A listed sample that fails is expected (the test reports xfail); a
+failure that is not listed fails the test; a listed sample that passes fails
+the test too (strict, like xfail(strict=True): remove it from the list).
+Entries whose reason starts with "crash:" are never run: they would kill the
+whole pytest process (TORCHNEURON_OPINFO_RUN_CRASHES=1 runs them anyway, to
+check one with -k whether it still crashes).
+
+The pytest run ends with one summary line per category, e.g.
+"opinfo float32 forward: N/M samples pass (P%)". Known failures and crash
+entries count as failing samples there; excluded samples are not counted.
+
+Hangs: pytest-timeout limits every test to TIMEOUT_S seconds with the thread
+method (a wait inside the runtime cannot be interrupted by a signal, so a hang
+dumps every thread's stack and ends the run instead of blocking it forever).
+
+TORCHNEURON_OPINFO_RECORD=<file.json> writes every failing sample (listed or
+not) with its error to that file, which helps when updating the list.
+"""
+import itertools
+import json
+import os
+import pathlib
+import time
+import warnings
+
+import pytest
+import torch
+import torchneuron
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.utils._pytree import tree_flatten, tree_map
+
+DEVICE = "neuron"
+MAX_SAMPLES = int(os.environ.get("TORCHNEURON_OPINFO_MAX_SAMPLES", "0"))
+RUN_CRASHES = os.environ.get("TORCHNEURON_OPINFO_RUN_CRASHES") == "1"
+TIMEOUT_S = 120  # per test (one OpInfo, one category); the slowest takes ~5 s
+KNOWN_FAILURES_FILE = pathlib.Path(__file__).with_name("opinfo_known_failures.json")
+CATEGORIES = {
+    ("float32", "forward"): "float32 forward",
+    ("bfloat16", "forward"): "bfloat16 forward",
+    ("float32", "backward"): "float32 backward",
+    ("float32", "inplace"): "float32 in-place variant",
+    ("float32", "out"): "float32 out= variant",
+}
+
+# Ops whose results are random or uninitialized, besides the ones the OpInfos
+# themselves mark as not comparable with CPU (see _opinfo_exclusion). The
+# neuron generator is not the CPU generator, so their values cannot match.
+RANDOM_OPS = {
+    "bernoulli": "samples from a random distribution",
+    "cauchy": "samples from a random distribution",
+    "exponential": "samples from a random distribution",
+    "geometric": "samples from a random distribution",
+    "log_normal": "samples from a random distribution",
+    "multinomial": "samples from a random distribution",
+    "normal": "samples from a random distribution",
+    "normal.in_place": "samples from a random distribution",
+    "normal.number_mean": "samples from a random distribution",
+    "uniform": "samples from a random distribution",
+    "rand_like": "random factory",
+    "randn_like": "random factory",
+    "randint_like": "random factory",
+    "randn": "random factory",
+    "randint": "random factory",
+    "nn.functional.dropout": "random mask",
+    "nn.functional.dropout2d": "random mask",
+    "nn.functional.dropout3d": "random mask",
+    "nn.functional.alpha_dropout": "random mask",
+    "nn.functional.feature_alpha_dropout.with_train": "random mask",
+    "nn.functional.rrelu": "random slopes in training mode",
+    "nn.functional.fractional_max_pool2d": "random pooling regions",
+    "nn.functional.fractional_max_pool3d": "random pooling regions",
+    "svd_lowrank": "randomized algorithm",
+    "pca_lowrank": "randomized algorithm",
+    "empty": "uninitialized memory",
+    "empty_like": "uninitialized memory",
+    "empty_strided": "uninitialized memory",
+    "empty_permuted": "uninitialized memory",
+    "new_empty": "uninitialized memory",
+    "new_empty_strided": "uninitialized memory",
+}
+
+# Reasons of the OpInfos' own TestCommon.test_compare_cpu skips that mean "the
+# outputs cannot be compared"; the other skips and expected failures there
+# (CUDA precision and the like) do not apply to a backend that runs ATen's CPU
+# kernels.
+_NOT_COMPARABLE_WORDS = ("non-deterministic", "nondeterministic", "undefined", "random")
+
+# Sample arguments that the op requires on CPU whatever the device of the other
+# arguments: (OpInfo, index in sample.args).
+CPU_ARGS = {
+    ("tensor_split", 0): "indices_or_sections must be a CPU tensor",
+}
+
+
+def op_id(op):
+    return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+
+
+OPS = {op_id(op): op for op in op_db}
+assert len(OPS) == len(op_db), "OpInfo ids are not unique"
+
+
+def _skip_reason(decorator):
+    fn = decorator(lambda: None)
+    return getattr(fn, "__unittest_skip_why__", None) if getattr(fn, "__unittest_skip__", False) else None
+
+
+def _opinfo_exclusion(op, dtype):
+    """Why the op's results cannot be compared with CPU, or None."""
+    oid = op_id(op)
+    if oid in RANDOM_OPS:
+        return f"random op ({RANDOM_OPS[oid]})"
+    for info in op.decorators:
+        if not hasattr(info, "is_active"):
+            continue
+        if not info.is_active("TestCommon", "test_compare_cpu", DEVICE, dtype, {}):
+            continue
+        for dec in info.decorators:
+            why = _skip_reason(dec)
+            # "non-deterministic (when dropout_p > 0)": only some samples are
+            # random, and the per-sample check in check_sample finds them.
+            if why and "(when" not in why and any(w in why.lower() for w in _NOT_COMPARABLE_WORDS):
+                return f"the OpInfo marks it not comparable with CPU: {why}"
+    return None
+
+
+def _applies(op, dtype, direction):
+    """None if the category applies to the op, else why not."""
+    if direction == "backward":
+        if not op.supports_autograd or dtype not in op.supported_backward_dtypes("cpu"):
+            return f"the OpInfo does not support {dtype} autograd on CPU"
+        return None
+    if dtype not in op.supported_dtypes("cpu"):
+        return f"the OpInfo does not list {dtype} on CPU"
+    if direction == "inplace" and op.inplace_variant is None:
+        return "the OpInfo has no in-place variant"
+    if direction == "out" and not op.supports_out:
+        return "the OpInfo has no out= variant"
+    return None
+
+
+# ---- known failures -----------------------------------------------------------
+
+
+def _load_known_failures():
+    data = json.loads(KNOWN_FAILURES_FILE.read_text())
+    table = {}
+    for e in data["entries"]:
+        key = (e["op"], e["dtype"], e["direction"])
+        assert key not in table, f"duplicate known-failure entry {key}"
+        assert e["op"] in OPS, f"known-failure entry for an unknown OpInfo: {e['op']}"
+        assert (e["dtype"], e["direction"]) in CATEGORIES, f"unknown category in {key}"
+        assert e.get("reason"), f"known-failure entry without a reason: {key}"
+        samples = e["samples"]
+        assert samples == "all" or (isinstance(samples, list) and samples), key
+        table[key] = e
+    return table
+
+
+KNOWN_FAILURES = _load_known_failures()
+
+
+# ---- statistics for the summary -------------------------------------------------
+
+STATS = {c: {"pass": 0, "known": 0, "unexpected": 0, "xpass": 0, "excluded": 0,
+             "random_ops": 0, "tests": 0} for c in CATEGORIES}
+RECORD = []
+_START = time.monotonic()
+
+
+class _SummaryPlugin:
+    def pytest_terminal_summary(self, terminalreporter):
+        tr = terminalreporter
+        if not any(s["tests"] for s in STATS.values()):
+            return
+        cap = f"first {MAX_SAMPLES} samples per op" if MAX_SAMPLES else "all samples"
+        tr.section("opinfo conformance")
+        for cat, s in STATS.items():
+            if not s["tests"]:
+                continue
+            counted = s["pass"] + s["known"] + s["unexpected"]
+            pct = 100.0 * s["pass"] / counted if counted else 0.0
+            tr.write_line(
+                f"opinfo {CATEGORIES[cat]}: {s['pass']}/{counted} samples pass ({pct:.1f}%) "
+                f"[{s['tests']} ops, {cap}; {s['known']} known failures, "
+                f"{s['unexpected']} unexpected failures, {s['xpass']} known failures now "
+                f"passing; not counted: {s['excluded']} excluded samples, "
+                f"{s['random_ops']} random ops]"
+            )
+        paths = {}
+        for counts in torchneuron.executed_ops().values():
+            for path, n in counts.items():
+                paths[path] = paths.get(path, 0) + 1
+        tr.write_line("opinfo aten ops that ran on neuron, by execution path: " + ", ".join(
+            f"{p} {n}" for p, n in sorted(paths.items())) + " (torchneuron.executed_ops())")
+        tr.write_line(f"opinfo wall time: {time.monotonic() - _START:.0f}s")
+        path = os.environ.get("TORCHNEURON_OPINFO_RECORD")
+        if path:
+            pathlib.Path(path).write_text(json.dumps(RECORD, indent=1))
+            tr.write_line(f"opinfo failing samples written to {path}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _summary(request):
+    pm = request.config.pluginmanager
+    if not pm.has_plugin("opinfo-summary"):
+        pm.register(_SummaryPlugin(), "opinfo-summary")
+    yield
+
+
+# ---- copying samples between devices -----------------------------------------------
+
+
+class _Copier:
+    """Copies the tensors of a sample to a device, keeping their exact layout and
+    the storage sharing between them (a CPU storage maps to one copy)."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+        self.storages = {}  # (data_ptr, nbytes, dtype) -> flat copy
+        self.tensors = {}  # id(tensor) -> copy
+
+    def tensor(self, t):
+        if id(t) in self.tensors:
+            return self.tensors[id(t)]
+        with torch.no_grad():
+            if t.layout != torch.strided or t.is_quantized or t.is_nested:
+                c = t.detach().to(self.device)
+            else:
+                st = t.untyped_storage()
+                key = (st.data_ptr(), st.nbytes(), t.dtype)
+                flat = self.storages.get(key)
+                if flat is None:
+                    n = st.nbytes() // t.element_size()
+                    src = torch.empty(0, dtype=t.dtype).set_(st, 0, (n,), (1,))
+                    flat = src.to(self.device, copy=True)
+                    self.storages[key] = flat
+                c = flat.as_strided(t.shape, t.stride(), t.storage_offset())
+                if t.is_conj():
+                    c = c.conj()
+                if t.is_neg():
+                    c = c._neg_view()
+            c = c.detach()
+        c.requires_grad_(t.requires_grad)
+        self.tensors[id(t)] = c
+        return c
+
+    def __call__(self, x):
+        if isinstance(x, torch.Tensor):
+            return self.tensor(x)
+        if isinstance(x, torch.device) and x.type == "cpu":
+            return self.device
+        if isinstance(x, str) and x == "cpu":
+            return self.device.type
+        return x
+
+
+def _touches_device(sample):
+    """Whether the sample has a tensor or a device argument, so that the op runs
+    on `neuron` once the sample is copied there."""
+    leaves = tree_flatten((sample.input, sample.args, sample.kwargs))[0]
+    return any(isinstance(x, (torch.Tensor, torch.device)) or (isinstance(x, str) and x == "cpu")
+               for x in leaves)
+
+
+def _copy_sample(oid, sample, device):
+    cp = _Copier(device)
+    inp = tree_map(cp, sample.input)
+    args = tuple(a if (oid, i) in CPU_ARGS else tree_map(cp, a)
+                 for i, a in enumerate(sample.args))
+    kwargs = tree_map(cp, sample.kwargs)
+    return inp, args, kwargs
+
+
+def _to_cpu(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu()
+    return x
+
+
+def _sync():
+    torch.neuron.synchronize()
+
+
+def _drain():
+    """Consumes an asynchronous failure left on the stream by a failed sample."""
+    for _ in range(2):
+        try:
+            _sync()
+            return
+        except Exception:
+            pass
+
+
+# ---- comparing -------------------------------------------------------------------
+
+
+def _compare(actual, expected, what):
+    """assert_close (default tolerances, NaN == NaN) on tensors and numbers,
+    recursing through sequences and mappings; anything else compares with ==."""
+    if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
+        torch.testing.assert_close(actual, expected, equal_nan=True,
+                                   msg=lambda m: f"{what}: {m}")
+    elif isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
+        if len(actual) != len(expected):
+            raise AssertionError(f"{what}: {len(actual)} items != {len(expected)} items")
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            _compare(a, e, f"{what}[{i}]")
+    elif isinstance(expected, dict) and isinstance(actual, dict):
+        if actual.keys() != expected.keys():
+            raise AssertionError(f"{what}: keys {sorted(actual)} != {sorted(expected)}")
+        for k in expected:
+            _compare(actual[k], expected[k], f"{what}[{k!r}]")
+    elif isinstance(expected, (int, float, complex)) and not isinstance(expected, bool) \
+            and isinstance(actual, (int, float, complex)) and not isinstance(actual, bool):
+        torch.testing.assert_close(actual, expected, equal_nan=True,
+                                   msg=lambda m: f"{what}: {m}")
+    elif type(actual) is not type(expected) or actual != expected:
+        raise AssertionError(f"{what}: {actual!r} != {expected!r}")
+
+
+def _tensors(x):
+    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
+
+
+def _check_on_neuron(result):
+    for t in _tensors(result):
+        if t.device.type != DEVICE:
+            raise AssertionError(f"a result of the neuron run is on {t.device}, not on {DEVICE}")
+
+
+class _Excluded(Exception):
+    """The sample cannot be compared; the message says why."""
+
+
+# ---- running one sample ------------------------------------------------------------
+#
+# Each runner runs a sample on one device and returns [(what, value)] to compare
+# between the neuron run and the CPU run.
+
+
+def _run_forward(oid, op, sample, device):
+    inp, args, kwargs = _copy_sample(oid, sample, device)
+    out = sample.output_process_fn_grad(op(inp, *args, **kwargs))
+    return [("output", out), ("tensor arguments after the op", _tensors((inp, args, kwargs)))]
+
+
+def _run_inplace(oid, op, sample, device):
+    if sample.broadcasts_input:
+        raise _Excluded("the sample broadcasts its input, which in-place ops reject")
+    inp, args, kwargs = _copy_sample(oid, sample, device)
+    out = op.inplace_variant(inp, *args, **kwargs)
+    return [("output", out), ("output is the input tensor", out is inp),
+            ("tensor arguments after the op", _tensors((inp, args, kwargs)))]
+
+
+def _run_out(oid, op, sample, device):
+    ci, ca, ck = _copy_sample(oid, sample, "cpu")
+    ref = op(ci, *ca, **ck)  # only for the number, dtypes and kinds of the outputs
+    if isinstance(ref, torch.Tensor):
+        out = torch.empty(0, dtype=ref.dtype, device=device)
+    elif isinstance(ref, (tuple, list)) and ref and all(isinstance(t, torch.Tensor) for t in ref):
+        out = tuple(torch.empty(0, dtype=t.dtype, device=device) for t in ref)
+    else:
+        raise _Excluded("the output is not a tensor or a tuple of tensors")
+    inp, args, kwargs = _copy_sample(oid, sample, device)
+    ret = op(inp, *args, out=out, **kwargs)
+    if isinstance(out, tuple):
+        same = isinstance(ret, (tuple, list)) and len(ret) == len(out) and \
+            all(r is o for r, o in zip(ret, out))
+    else:
+        same = ret is out
+    return [("out= tensors", out), ("output", ret), ("output is the out= tensors", same),
+            ("tensor arguments after the op", _tensors((inp, args, kwargs)))]
+
+
+def _run_backward(oid, op, sample, device):
+    inp, args, kwargs = _copy_sample(oid, sample, device)
+    out = sample.output_process_fn_grad(op(inp, *args, **kwargs))
+    outs = [t for t in _tensors(out) if t.requires_grad]
+    if not outs:
+        raise _Excluded("no differentiable output")
+    g = torch.Generator().manual_seed(0)
+    grad_outs = [torch.randn(o.shape, generator=g).to(device=device, dtype=o.dtype)
+                 for o in outs]
+    leaves = [t for t in _tensors((inp, args, kwargs)) if t.requires_grad]
+    grads = torch.autograd.grad(outs, leaves, grad_outs, allow_unused=True)
+    return [("differentiable outputs", outs), ("gradients", list(grads))]
+
+
+RUNNERS = {"forward": _run_forward, "inplace": _run_inplace, "out": _run_out,
+           "backward": _run_backward}
+
+
+def check_sample(oid, op, sample, direction):
+    """Returns when neuron agrees with CPU on the sample; raises _Excluded when
+    the sample cannot be compared, and AssertionError (or the neuron run's
+    error) when neuron disagrees."""
+    if direction != "out" and not _touches_device(sample):  # out= tensors are on neuron
+        raise _Excluded("no tensor or device argument: the op runs on the default device (CPU)")
+    run = RUNNERS[direction]
+    try:
+        torch.manual_seed(1)
+        expected = run(oid, op, sample, "cpu")
+        torch.manual_seed(2)
+        again = run(oid, op, sample, "cpu")
+    except _Excluded:
+        raise
+    except Exception as e:
+        cpu_error = f"{type(e).__name__}: {e}"
+        try:
+            torch.manual_seed(1)
+            run(oid, op, sample, DEVICE)
+            _sync()
+        except Exception:
+            _drain()
+            raise _Excluded(f"the CPU reference rejects it ({type(e).__name__})") from None
+        raise AssertionError(f"neuron accepts a sample the CPU reference rejects: {cpu_error}")
+    try:
+        _compare(again, expected, "CPU repeat")
+    except AssertionError:
+        raise _Excluded("nondeterministic: two CPU runs with different seeds differ") from None
+    # Twice on neuron: the backend runs the first call of an argument signature
+    # synchronously (checking its Meta kernel against the CPU kernel) and
+    # queues later ones, and both paths must agree with CPU.
+    for attempt in ("first", "second"):
+        torch.manual_seed(1)
+        try:
+            actual = run(oid, op, sample, DEVICE)
+        except _Excluded as e:  # the CPU run had it, so this is a difference
+            raise AssertionError(f"{attempt} neuron run: {e}") from None
+        _check_on_neuron([v for what, v in actual if what != "tensor arguments after the op"])
+        actual = tree_map(_to_cpu, actual)
+        _sync()
+        for (what, a), (_, e) in zip(actual, expected):
+            _compare(a, e, f"{attempt} neuron run, {what}")
+
+
+# ---- the tests -------------------------------------------------------------------
+
+
+def _samples(op, dtype, direction):
+    gen = op.sample_inputs("cpu", dtype, requires_grad=direction == "backward")
+    if MAX_SAMPLES:
+        gen = itertools.islice(gen, MAX_SAMPLES)
+    return list(gen)
+
+
+def _short(e):
+    msg = f"{type(e).__name__}: {e}".strip()
+    return msg if len(msg) < 500 else msg[:500] + " ..."
+
+
+def run_op(oid, dtype_name, direction):
+    op = OPS[oid]
+    dtype = getattr(torch, dtype_name)
+    why = _applies(op, dtype, direction)
+    if why:
+        pytest.skip(why)
+    stats = STATS[(dtype_name, direction)]
+    stats["tests"] += 1
+    why = _opinfo_exclusion(op, dtype)
+    if why:
+        stats["random_ops"] += 1
+        pytest.skip(f"excluded: {why}")
+    known = KNOWN_FAILURES.get((oid, dtype_name, direction))
+    listed, crash = set(), False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        samples = _samples(op, dtype, direction)
+        if known:
+            listed = set(range(len(samples))) if known["samples"] == "all" else set(known["samples"])
+            crash = known["reason"].startswith("crash:") and not RUN_CRASHES
+        failures, passed, excluded = {}, [], {}
+        for i, sample in enumerate(samples):
+            if crash and i in listed:
+                continue  # never run: it would take the whole process down
+            try:
+                check_sample(oid, op, sample, direction)
+                passed.append(i)
+            except _Excluded as e:
+                excluded[i] = str(e)
+            except Exception as e:  # noqa: BLE001 - any error of the neuron run is a failure
+                _drain()
+                failures[i] = _short(e)
+    crashed = listed & set(range(len(samples))) if crash else set()
+    expected_fail = crashed | (listed & set(failures))
+    unexpected = {i: m for i, m in failures.items() if i not in listed}
+    xpass = sorted(set(passed) & listed)
+    stats["pass"] += len(passed)
+    stats["known"] += len(expected_fail)
+    stats["unexpected"] += len(unexpected)
+    stats["xpass"] += len(xpass)
+    stats["excluded"] += len(excluded)
+    for i, m in sorted(failures.items()):
+        RECORD.append({"op": oid, "dtype": dtype_name, "direction": direction, "sample": i,
+                       "n_samples": len(samples), "error": m})
+
+    problems = []
+    if unexpected:
+        by_msg = {}
+        for i, m in sorted(unexpected.items()):
+            by_msg.setdefault(m, []).append(i)
+        lines = [f"  samples {idx}: {m}" for m, idx in by_msg.items()]
+        problems.append(f"{len(unexpected)}/{len(samples)} samples fail on neuron and are not "
+                        f"in {KNOWN_FAILURES_FILE.name}:\n" + "\n".join(lines))
+    if xpass:
+        problems.append(f"known failure now passes for samples {xpass}: update "
+                        f"{KNOWN_FAILURES_FILE.name} (entry reason: {known['reason']})")
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+    if expected_fail:
+        pytest.xfail(f"{len(expected_fail)}/{len(samples)} samples: {known['reason']}")
+    if not passed:
+        reasons = sorted(set(excluded.values())) or ["the OpInfo has no samples"]
+        pytest.skip(f"no comparable sample ({len(excluded)} excluded: {'; '.join(reasons)})")
+
+
+pytestmark = pytest.mark.timeout(TIMEOUT_S, method="thread")
+OP_IDS = [pytest.param(oid, id=oid) for oid in OPS]
+
+
+@pytest.mark.parametrize("oid", OP_IDS)
+def test_forward_float32(oid):
+    run_op(oid, "float32", "forward")
+
+
+@pytest.mark.parametrize("oid", OP_IDS)
+def test_forward_bfloat16(oid):
+    run_op(oid, "bfloat16", "forward")
+
+
+@pytest.mark.parametrize("oid", OP_IDS)
+def test_backward_float32(oid):
+    run_op(oid, "float32", "backward")
+
+
+@pytest.mark.parametrize("oid", OP_IDS)
+def test_inplace_float32(oid):
+    run_op(oid, "float32", "inplace")
+
+
+@pytest.mark.parametrize("oid", OP_IDS)
+def test_out_float32(oid):
+    run_op(oid, "float32", "out")
