@@ -37,95 +37,98 @@ at::Tensor empty_like_dense(const at::Tensor& a) {
   return at::Tensor(std::move(impl));
 }
 
-// The boxed fallback for the general case.
-template <typename... Args>
-c10::IValue via_fallback(const char* name, const char* overload, Args&&... args) {
-  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
-  return std::move(call_fallback(op, std::forward<Args>(args)...).back());
-}
+// One direct binary op: its fallback (the general case) and its counter.
+struct BinaryOp {
+  BinaryOp(const char* name, const char* overload)
+      : full_name(std::string(name) + "." + overload),
+        handle(c10::Dispatcher::singleton().findSchemaOrThrow(name, overload)),
+        counter(op_counter(full_name)) {}
 
-// Queues out_fn(out, a, b) on CPU aliases; counts it as a direct kernel.
-template <typename F>
-void queue_binary(const char* name, OpCounter& counter, const at::Tensor& out,
-                  const at::Tensor& a, const at::Tensor& b, F out_fn) {
-  launch(a.device().index(), name,
-         [o = cpu_alias(out), x = cpu_alias(a), y = cpu_alias(b), out_fn]() mutable {
-           at::AutoDispatchBelowADInplaceOrView below_autograd;
-           out_fn(o, x, y);
-         });
-  counter.count(ExecPath::kKernel);
-}
+  // Functional form: a fresh output of the operands' layout.
+  template <typename F, typename... Extra>
+  at::Tensor functional(const at::Tensor& self, const at::Tensor& other, F out_fn,
+                        const Extra&... extra) const {
+    if (!same_dense_layout(self, other)) {
+      return call_fallback(handle, self, other, extra...).back().toTensor();
+    }
+    at::Tensor out = empty_like_dense(self);
+    queue(out, self, other, std::move(out_fn));
+    return out;
+  }
+
+  // In-place form: self is the output.
+  template <typename F, typename... Extra>
+  at::Tensor& inplace(at::Tensor& self, const at::Tensor& other, F out_fn,
+                      const Extra&... extra) const {
+    if (!same_dense_layout(self, other)) {
+      call_fallback(handle, self, other, extra...);
+      return self;
+    }
+    queue(self, self, other, std::move(out_fn));
+    return self;
+  }
+
+  // Queues out_fn(out, a, b) on CPU aliases taken now.
+  template <typename F>
+  void queue(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, F out_fn) const {
+    launch(a.device().index(), full_name.c_str(),
+           [o = cpu_alias(out), x = cpu_alias(a), y = cpu_alias(b), out_fn]() mutable {
+             at::AutoDispatchBelowADInplaceOrView below_autograd;
+             out_fn(o, x, y);
+           });
+    counter.count(ExecPath::kKernel);
+  }
+
+  std::string full_name;
+  c10::OperatorHandle handle;
+  OpCounter& counter;
+};
 
 }  // namespace
 
 at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  if (!same_dense_layout(self, other)) {
-    return via_fallback("aten::add", "Tensor", self, other, alpha).toTensor();
-  }
-  static OpCounter& counter = op_counter("aten::add.Tensor");
-  at::Tensor out = empty_like_dense(self);
-  queue_binary("aten::add.Tensor", counter, out, self, other,
-               [alpha](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
-                 at::add_out(o, x, y, alpha);
-               });
-  return out;
+  static const BinaryOp op("aten::add", "Tensor");
+  return op.functional(
+      self, other, [alpha](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
+        at::add_out(o, x, y, alpha);
+      }, alpha);
 }
 
 at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  if (!same_dense_layout(self, other)) {
-    return via_fallback("aten::sub", "Tensor", self, other, alpha).toTensor();
-  }
-  static OpCounter& counter = op_counter("aten::sub.Tensor");
-  at::Tensor out = empty_like_dense(self);
-  queue_binary("aten::sub.Tensor", counter, out, self, other,
-               [alpha](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
-                 at::sub_out(o, x, y, alpha);
-               });
-  return out;
+  static const BinaryOp op("aten::sub", "Tensor");
+  return op.functional(
+      self, other, [alpha](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
+        at::sub_out(o, x, y, alpha);
+      }, alpha);
 }
 
 at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
-  if (!same_dense_layout(self, other)) {
-    return via_fallback("aten::mul", "Tensor", self, other).toTensor();
-  }
-  static OpCounter& counter = op_counter("aten::mul.Tensor");
-  at::Tensor out = empty_like_dense(self);
-  queue_binary("aten::mul.Tensor", counter, out, self, other,
-               [](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) { at::mul_out(o, x, y); });
-  return out;
+  static const BinaryOp op("aten::mul", "Tensor");
+  return op.functional(self, other, [](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
+    at::mul_out(o, x, y);
+  });
 }
 
 at::Tensor div(const at::Tensor& self, const at::Tensor& other) {
-  if (!same_dense_layout(self, other)) {
-    return via_fallback("aten::div", "Tensor", self, other).toTensor();
-  }
-  static OpCounter& counter = op_counter("aten::div.Tensor");
-  at::Tensor out = empty_like_dense(self);
-  queue_binary("aten::div.Tensor", counter, out, self, other,
-               [](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) { at::div_out(o, x, y); });
-  return out;
+  static const BinaryOp op("aten::div", "Tensor");
+  return op.functional(self, other, [](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
+    at::div_out(o, x, y);
+  });
 }
 
 at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  if (!same_dense_layout(self, other)) {
-    via_fallback("aten::add_", "Tensor", self, other, alpha);
-    return self;
-  }
-  static OpCounter& counter = op_counter("aten::add_.Tensor");
-  queue_binary("aten::add_.Tensor", counter, self, self, other,
-               [alpha](at::Tensor& o, const at::Tensor&, const at::Tensor& y) { o.add_(y, alpha); });
-  return self;
+  static const BinaryOp op("aten::add_", "Tensor");
+  return op.inplace(
+      self, other, [alpha](at::Tensor& o, const at::Tensor&, const at::Tensor& y) {
+        o.add_(y, alpha);
+      }, alpha);
 }
 
 at::Tensor& mul_(at::Tensor& self, const at::Tensor& other) {
-  if (!same_dense_layout(self, other)) {
-    via_fallback("aten::mul_", "Tensor", self, other);
-    return self;
-  }
-  static OpCounter& counter = op_counter("aten::mul_.Tensor");
-  queue_binary("aten::mul_.Tensor", counter, self, self, other,
-               [](at::Tensor& o, const at::Tensor&, const at::Tensor& y) { o.mul_(y); });
-  return self;
+  static const BinaryOp op("aten::mul_", "Tensor");
+  return op.inplace(self, other, [](at::Tensor& o, const at::Tensor&, const at::Tensor& y) {
+    o.mul_(y);
+  });
 }
 
 }  // namespace torchneuron::native
