@@ -4,6 +4,7 @@
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 
+#include "csrc/runtime/BlockingWait.h"
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronStream.h"
 #include "neuronrt/neuronrt.hpp"
@@ -47,7 +48,10 @@ void launch(c10::DeviceIndex device, const char* op_name, std::function<void()> 
 }
 
 void sync_current_stream(c10::DeviceIndex device) {
-  NEURON_TRY { neuronrt::synchronize(current_stream_handle(device)); }
+  nrtStream_t stream = current_stream_handle(device);
+  NEURON_TRY {
+    blocking_wait([stream] { neuronrt::synchronize(stream); });
+  }
   NEURON_CATCH
 }
 

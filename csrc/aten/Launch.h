@@ -24,7 +24,8 @@ at::Tensor neuron_view_like(const c10::Storage& storage, const at::Tensor& like)
 // reported at the next launch or synchronization on that stream.
 void launch(c10::DeviceIndex device, const char* op_name, std::function<void()> fn);
 
-// Waits for the current stream of `device` (for host reads of device data).
+// Waits for the current stream of `device` (for host reads of device data),
+// through blocking_wait (csrc/runtime/BlockingWait.h).
 void sync_current_stream(c10::DeviceIndex device);
 
 }  // namespace torchneuron

@@ -6,6 +6,7 @@
 
 #include "csrc/aten/Fallback.h"
 #include "csrc/aten/OpStats.h"
+#include "csrc/runtime/BlockingWait.h"
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronFunctions.h"
 #include "csrc/runtime/NeuronGenerator.h"
@@ -68,6 +69,16 @@ py::list memory_snapshot(int device) {
   return out;
 }
 
+// Blocking waits release the GIL when this thread holds it (see Launch.h).
+void wait_without_gil(const std::function<void()>& wait) {
+  if (PyGILState_Check()) {
+    py::gil_scoped_release no_gil;
+    wait();
+  } else {
+    wait();
+  }
+}
+
 bool in_bad_fork() {
   int d = 0;
   return nrtGetDevice(&d) == nrtErrorForkedChild;
@@ -81,6 +92,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torchneuron native extension";
   neuronrt::set_worker_init(&init_worker);
   register_structured_overrides();
+  set_blocking_wait_hook(&wait_without_gil);
 
   m.def("_device_count", [] { return static_cast<int>(device_count()); });
   m.def("_device_count_error", [] {

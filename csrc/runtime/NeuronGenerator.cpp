@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "csrc/runtime/NeuronException.h"
+#include "csrc/runtime/BlockingWait.h"
 #include "csrc/runtime/NeuronFunctions.h"
 
 namespace torchneuron {
@@ -17,7 +18,10 @@ NeuronGeneratorImpl::NeuronGeneratorImpl(c10::DeviceIndex device)
       cpu_(at::make_generator<at::CPUGeneratorImpl>(c10::detail::getNonDeterministicRandom())) {}
 
 void NeuronGeneratorImpl::drain() const {
-  NEURON_TRY { neuronrt::synchronize_device(device_.index()); }
+  auto device = device_.index();
+  NEURON_TRY {
+    blocking_wait([device] { neuronrt::synchronize_device(device); });
+  }
   NEURON_CATCH
 }
 

@@ -2,6 +2,7 @@
 
 #include <c10/core/Allocator.h>
 
+#include "csrc/runtime/BlockingWait.h"
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronFunctions.h"
 #include "csrc/runtime/NeuronStream.h"
@@ -64,14 +65,19 @@ bool NeuronGuardImpl::queryStream(const c10::Stream& stream) const {
 }
 
 void NeuronGuardImpl::synchronizeStream(const c10::Stream& stream) const {
-  NEURON_TRY { neuronrt::synchronize(stream_handle(stream)); }
+  nrtStream_t s = stream_handle(stream);
+  NEURON_TRY {
+    blocking_wait([s] { neuronrt::synchronize(s); });
+  }
   NEURON_CATCH
 }
 
 void NeuronGuardImpl::synchronizeDevice(const c10::DeviceIndex device_index) const {
   auto d = device_index < 0 ? current_device() : device_index;
   check_device_index(d, "synchronize");
-  NEURON_TRY { neuronrt::synchronize_device(d); }
+  NEURON_TRY {
+    blocking_wait([d] { neuronrt::synchronize_device(d); });
+  }
   NEURON_CATCH
 }
 
@@ -111,7 +117,9 @@ bool NeuronGuardImpl::queryEvent(void* event) const {
 
 void NeuronGuardImpl::synchronizeEvent(void* event) const {
   if (!event) return;
-  NEURON_CHECK(nrtEventSynchronize(static_cast<nrtEvent_t>(event)));
+  nrtStatus st = nrtSuccess;
+  blocking_wait([&] { st = nrtEventSynchronize(static_cast<nrtEvent_t>(event)); });
+  NEURON_CHECK(st);
 }
 
 double NeuronGuardImpl::elapsedTime(void* event1, void* event2, const c10::DeviceIndex) const {

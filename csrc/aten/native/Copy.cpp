@@ -25,7 +25,6 @@ bool plain_bytes(const at::Tensor& a, const at::Tensor& b) {
          a.is_neg() == b.is_neg();
 }
 
-const void* first_byte(const at::Tensor& t) { return t.const_data_ptr(); }
 
 void host_to_device(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   auto device = dst.device().index();
