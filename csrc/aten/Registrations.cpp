@@ -2,6 +2,7 @@
 // goes through the boxed fallback (Fallback.cpp).
 #include <torch/library.h>
 
+#include "csrc/aten/native/Compat.h"
 #include "csrc/aten/native/Convolution.h"
 #include "csrc/aten/native/Copy.h"
 #include "csrc/aten/native/Elementwise.h"
@@ -44,6 +45,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));
   // streams
   m.impl("record_stream", TORCH_FN(native::record_stream));
+  // generic behaviour that is wrong for neuron
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(native::_has_compatible_shallow_copy_type));
+  m.impl("histc", TORCH_FN(native::histc));
   // random ops whose CPU kernels would use the CPU generator
   m.impl("native_dropout", TORCH_FN(native::native_dropout));
 }
