@@ -1,0 +1,23 @@
+"""Hugging Face causal-LM coverage of the `neuron` device.
+
+Builds a tiny random model of each architecture in a list, runs it on CPU and on
+the device with identical weights, and compares forward logits, greedy generation
+with the dynamic and the static cache, and gradients. See `cli` for the command
+line (`python -m torchneuron.coverage --list FILE --out DIR`), `tiny_configs` for
+the configurations and `stages` for what is compared.
+"""
+
+
+def main(argv=None):
+    from .cli import main as _main
+
+    return _main(argv)
+
+
+def run_architecture(row, **kwargs):
+    from .stages import run_architecture as _run
+
+    return _run(row, **kwargs)
+
+
+__all__ = ["main", "run_architecture"]

@@ -1,0 +1,121 @@
+"""coverage.json and coverage.md."""
+import json
+import os
+
+from .stages import STAGES
+
+STATUS_MARK = {"pass": "pass", "fail": "FAIL", "n/a": "n/a", "not run": "-"}
+
+
+def stage_counts(records):
+    """{stage: {status: count}} over all records (build included)."""
+    counts = {"build": {"pass": 0, "fail": 0}}
+    for r in records:
+        counts["build"]["fail" if r.get("stage") == "build" and not r.get("passed") else "pass"] += 1
+    for s in STAGES:
+        c = {}
+        for r in records:
+            status = r.get("stages", {}).get(s, {}).get("status", "not run")
+            c[status] = c.get(status, 0) + 1
+        counts[s] = c
+    return counts
+
+
+def write_json(records, meta, out_dir):
+    path = os.path.join(out_dir, "coverage.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(records, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+    with open(os.path.join(out_dir, "coverage_meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    return path
+
+
+def _cell(text, limit=None):
+    text = str(text).replace("|", "\\|").replace("\n", " ")
+    if limit and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
+
+
+def _mib(n):
+    return "" if n is None else f"{n / 2**20:.1f}"
+
+
+def _error_key(error):
+    """An error message without the parts that name one model's parameters."""
+    key = error.split(" untied shared parameters:")[0] + (" untied shared parameters" if "untied" in error else "")
+    return key.split("; first at row")[0][:200]
+
+
+def write_markdown(records, meta, out_dir):
+    path = os.path.join(out_dir, "coverage.md")
+    n = len(records)
+    passed = sum(1 for r in records if r.get("passed"))
+    lines = ["# Hugging Face causal-LM coverage", ""]
+    lines.append(
+        f"{passed} of {n} architectures pass every stage on `{meta.get('device')}` "
+        f"(torch {meta.get('torch')}, transformers {meta.get('transformers')}; "
+        f"run took {meta.get('wall_time_s', 0):.0f} s)."
+    )
+    lines += [
+        "",
+        "Each stage compares the device with the same model on CPU (identical weights, float32, eval mode): "
+        "`to_device` (shared parameters stay shared through `model.to(device)`; the device model is re-tied "
+        "after a failure so that the later stages still compare the same computation), "
+        "`forward` logits (float32 tolerances), greedy generation of "
+        f"{meta.get('new_tokens')} tokens with the dynamic and the static cache (tokens equal; eager, "
+        "`disable_compile=True`), and parameter gradients of the LM loss (`backward`). Fallback ops ran through "
+        "the copy-to-CPU path during forward and generation; sync ops ran on the synchronous path during a "
+        "second, warm generation.",
+        "",
+        "| stage | pass | fail | n/a | not run |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for stage, c in stage_counts(records).items():
+        lines.append(
+            f"| {stage} | {c.get('pass', 0)} | {c.get('fail', 0)} | {c.get('n/a', 0)} | {c.get('not run', 0)} |"
+        )
+    lines += [
+        "",
+        "| model_type | result | first failure | " + " | ".join(STAGES)
+        + " | fallback ops | sync ops (warm) | wall s | peak MiB | error |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in STAGES) + " | --- | --- | --- | --- | --- |",
+    ]
+    for r in records:
+        stages = r.get("stages", {})
+        marks = [STATUS_MARK.get(stages.get(s, {}).get("status", "not run"), "?") for s in STAGES]
+        sync = ", ".join(f"{k} x{v}" for k, v in (r.get("sync_ops") or {}).items())
+        fallback = ", ".join(r.get("fallback_ops") or [])
+        wall = r.get("wall_time_s")
+        lines.append(
+            "| " + " | ".join([
+                _cell(r.get("model_type")), "pass" if r.get("passed") else "FAIL",
+                "" if r.get("passed") else _cell(r.get("stage")), *marks, _cell(fallback, 120), _cell(sync, 160),
+                "" if wall is None else f"{wall:.1f}", _mib(r.get("peak_device_memory_bytes")),
+                _cell(r.get("error", ""), 200),
+            ]) + " |"
+        )
+    groups = {}
+    for r in records:
+        for s in STAGES:
+            info = r.get("stages", {}).get(s, {})
+            if info.get("status") == "fail":
+                groups.setdefault(_error_key(info.get("error", "")), {}).setdefault(r["model_type"], []).append(s)
+    if groups:
+        lines += ["", "## Distinct errors", ""]
+        for key, models in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            where = ", ".join(f"{m} ({'/'.join(st)})" for m, st in models.items())
+            lines.append(f"- {len(models)} architectures: `{_cell(key, 200)}` in {where}")
+    na = [(r["model_type"], s, r["stages"][s].get("reason", "")) for r in records
+          for s in STAGES if r.get("stages", {}).get(s, {}).get("status") == "n/a"]
+    if na:
+        lines += ["", "## Not applicable", ""]
+        lines += [f"- {m} `{s}`: {_cell(reason, 300)}" for m, s, reason in na]
+    lines += ["", f"Regenerate with `{meta.get('command', '')}`.", ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    return path

@@ -1,0 +1,85 @@
+"""The Hugging Face coverage tool (python -m torchneuron.coverage) on two small architectures."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("transformers")
+
+ROWS = [
+    ("llama", "LlamaForCausalLM", "LlamaConfig", "baseline dense GQA + RoPE"),
+    ("qwen2", "Qwen2ForCausalLM", "Qwen2Config", "q/k/v bias; sliding window"),
+]
+STAGES = ["to_device", "forward", "generate_dynamic", "generate_static", "backward"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("coverage")
+    tsv = root / "architectures.tsv"
+    lines = ["model_type\tcausal_lm_class\tconfig_class\tspecial_needs"] + ["\t".join(r) for r in ROWS]
+    tsv.write_text("\n".join(lines) + "\n")
+    out = root / "out"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchneuron.coverage", "--list", str(tsv), "--out", str(out), "--device", "neuron",
+         "--stage-timeout", "120"],
+        capture_output=True, text=True, timeout=240, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc, out
+
+
+def test_progress_is_printed_per_architecture(report):
+    proc, _ = report
+    for model_type, *_ in ROWS:
+        assert f"{model_type}: pass" in proc.stdout, proc.stdout
+
+
+def test_json_records(report):
+    _, out = report
+    records = json.loads((out / "coverage.json").read_text())
+    assert [r["model_type"] for r in records] == [r[0] for r in ROWS]
+    for r in records:
+        for key in ("model_type", "passed", "stage", "error", "fallback_ops", "sync_ops", "wall_time_s",
+                    "peak_device_memory_bytes", "stages"):
+            assert key in r, key
+        assert r["passed"] is True, r
+        assert r["stage"] == "all" and r["error"] == ""
+        assert isinstance(r["fallback_ops"], list) and isinstance(r["sync_ops"], dict)
+        assert r["wall_time_s"] > 0 and r["peak_device_memory_bytes"] > 0
+        assert list(r["stages"]) == STAGES
+        assert all(r["stages"][s]["status"] == "pass" for s in STAGES), r["stages"]
+
+
+def test_markdown_table(report):
+    _, out = report
+    md = (out / "coverage.md").read_text()
+    assert "2 of 2 architectures pass" in md
+    header = next(line for line in md.splitlines() if line.startswith("| model_type"))
+    for column in STAGES + ["fallback ops", "error"]:
+        assert column in header
+    rows = [line for line in md.splitlines() if line.startswith(("| llama ", "| qwen2 "))]
+    assert len(rows) == 2 and all("| pass |" in line for line in rows)
+
+
+def test_one_failing_architecture_does_not_stop_the_run(tmp_path):
+    tsv = tmp_path / "list.tsv"
+    tsv.write_text(
+        "model_type\tcausal_lm_class\tconfig_class\tspecial_needs\n"
+        "nonexistent\tNoSuchForCausalLM\tNoSuchConfig\t-\n"
+        "llama\tLlamaForCausalLM\tLlamaConfig\t-\n"
+    )
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchneuron.coverage", "--list", str(tsv), "--out", str(out), "--in-process",
+         "--only", "nonexistent,llama"],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = {r["model_type"]: r for r in json.loads((out / "coverage.json").read_text())}
+    assert records["nonexistent"]["passed"] is False and records["nonexistent"]["stage"] == "build"
+    assert "NoSuchConfig" in records["nonexistent"]["error"]
+    assert records["llama"]["passed"] is True
