@@ -3,6 +3,7 @@
 `import torch` alone must make the `neuron` device available (autoload), so
 nothing here imports torchneuron before torch does.
 """
+import json
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -168,4 +169,42 @@ def run_python(start_python):
     def run(code, env=None, timeout=60, ok=True):
         return start_python(code, env).wait(timeout, ok)
 
+    return run
+
+
+_MODULE_FUNCTION = """
+    import importlib.util
+    import json
+    spec = importlib.util.spec_from_file_location("cases", {path!r})
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    print(json.dumps(module.{function}()))
+"""
+
+
+@pytest.fixture(scope="module")
+def in_fresh_process(request, start_python):
+    """in_fresh_process(name) runs the test module's function `name` in a fresh
+    interpreter and returns its (JSON) result; run once per module and name.
+
+    The backend runs the first call of each argument signature synchronously
+    and queues the later ones, and after enough signatures of an op it trusts
+    new ones without that first run. What a first call does therefore depends
+    on everything the process ran before; a fresh interpreter has seen
+    nothing. start(name) starts it early, so that several run in parallel."""
+    children, results = {}, {}
+
+    def start(name, env=None):
+        if name not in children:
+            code = _MODULE_FUNCTION.format(path=str(request.module.__file__), function=name)
+            children[name] = start_python(code, env)
+        return children[name]
+
+    def run(name, env=None, timeout=120):
+        if name not in results:
+            done = start(name, env).wait(timeout)
+            results[name] = json.loads(done.stdout.splitlines()[-1])
+        return results[name]
+
+    run.start = start
     return run

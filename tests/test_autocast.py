@@ -68,14 +68,8 @@ LOWER = {
 }
 
 
-CONV_XFAIL = pytest.mark.xfail(strict=True, reason=(
-    "csrc: convolutions do not run on neuron (aten::convolution_overrideable has no "
-    "neuron kernel; NotImplementedError)"))
-
-
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("op", [pytest.param(op, marks=CONV_XFAIL) if op.startswith("conv")
-                                else op for op in sorted(LOWER)])
+@pytest.mark.parametrize("op", sorted(LOWER))
 def test_lower_precision_ops(op, dtype):
     cpu = _inputs()
     dev = {k: v.to(D) for k, v in cpu.items()}
@@ -126,11 +120,6 @@ def test_fp32_ops_stay_fp32(op, dtype):
     torch.testing.assert_close(got.cpu(), ref)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "csrc/amp/Autocast.cpp registers PyTorch's policy lists for neuron but not the "
-    "binary_cross_entropy ban that CUDA's policy has: under neuron autocast the op "
-    "runs with mismatched dtypes and fails later, asynchronously, with 'Found dtype "
-    "Float but expected BFloat16'"))
 def test_binary_cross_entropy_is_refused_under_autocast():
     x = torch.rand(4, device=D)
     refused = None
@@ -142,11 +131,17 @@ def test_binary_cross_entropy_is_refused_under_autocast():
     try:
         torch.neuron.synchronize()
         later = None
-    except RuntimeError as e:  # what it does instead: fail in the queue
+    except RuntimeError as e:  # a refusal missed at the call
         later = e
-    assert refused is not None and "unsafe to autocast" in str(refused), (
-        f"not refused at the call; the queued op then raised: {later}")
+    assert refused is not None, f"not refused at the call; the next synchronization raised: {later}"
+    assert str(refused).startswith(
+        "[neuron] torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to "
+        "autocast"), refused
+    assert "binary_cross_entropy_with_logits" in str(refused)  # says what to use instead
     assert later is None
+    # outside autocast the op runs
+    got = F.binary_cross_entropy(torch.sigmoid(x), x)
+    torch.testing.assert_close(got.cpu(), F.binary_cross_entropy(torch.sigmoid(x.cpu()), x.cpu()))
 
 
 @pytest.mark.parametrize("dtype", LOW)

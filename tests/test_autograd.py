@@ -11,13 +11,6 @@ import torchneuron
 
 D = "neuron"
 
-CONV_XFAIL = pytest.mark.xfail(strict=True, reason=(
-    "csrc: convolutions do not run on neuron. aten::convolution picks the "
-    "'overrideable' backend for PrivateUse1 and aten::convolution_overrideable has "
-    "no neuron kernel (its default raises NotImplementedError: "
-    "'convolution_overrideable not implemented ... please use TORCH_LIBRARY_IMPL')"))
-
-
 def _mlp():
     return nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 16), nn.Tanh(),
                          nn.Linear(16, 3))
@@ -69,8 +62,7 @@ def _grads(model):
     return {n: p.grad for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("kind", [
-    "mlp", pytest.param("conv", marks=CONV_XFAIL), "embedding", "norms"])
+@pytest.mark.parametrize("kind", ["mlp", "conv", "embedding", "norms"])
 def test_backward_matches_cpu(kind):
     torch.manual_seed(0)
     model = MODELS[kind]()

@@ -55,6 +55,7 @@ _INVALID = """
 _FORK = """
     import multiprocessing as mp
     import torch
+    import torchneuron
 
     def child(q):
         try:
@@ -62,8 +63,8 @@ _FORK = """
         except Exception as e:
             q.put((type(e).__name__, str(e)))
 
-    if __name__ == "__main__":
-        x = (torch.ones(2, device="neuron") * 2).cpu()  # the device is in use
+    def fork_and_report():
+        print(sorted({p for paths in torchneuron.executed_ops().values() for p in paths}))
         ctx = mp.get_context("fork")
         q = ctx.Queue()
         p = ctx.Process(target=child, args=(q,))
@@ -73,6 +74,17 @@ _FORK = """
         print(kind)
         print(msg)
         print(p.exitcode)
+
+    if __name__ == "__main__":
+        # the device is in use, but each op ran once: first calls run on this
+        # thread, so no worker thread has started yet
+        x = torch.ones(2, device="neuron")
+        y = (x * 2).cpu()
+        fork_and_report()
+        # the same op again: queued, which starts the stream's worker thread
+        y = (x * 2).cpu()
+        torch.neuron.synchronize()
+        fork_and_report()
         # the parent is unaffected
         print((torch.arange(3.0, device="neuron") * 2).cpu().tolist())
 """
@@ -80,6 +92,9 @@ _FORK = """
 _LAUNCH_BLOCKING = """
     import torch
     x = torch.randn(5, 3, device="neuron")
+    # the first call of the signature runs synchronously anyway; launch
+    # blocking is about the next ones, which would otherwise be queued
+    torch.index_select(x, 0, torch.tensor([0, 1], device="neuron"))
     bad = torch.tensor([0, 7], device="neuron")
     try:
         torch.index_select(x, 0, bad)
@@ -311,8 +326,18 @@ def test_invalid_configuration_is_a_clear_error(children, name, var, value, acce
 
 
 @pytest.mark.timeout(150)
+def test_fork_before_any_queued_work_is_fine(children):
+    lines = children["fork"].wait(timeout=120).stdout.splitlines()
+    paths, kind, msg, exitcode = lines[:4]
+    assert "'queue'" not in paths, paths  # the parent ran first calls only
+    assert (kind, msg, exitcode) == ("ok", "[2.0, 2.0]", "0")
+
+
+@pytest.mark.timeout(150)
 def test_forked_child_gets_clear_error(children):
-    kind, msg, exitcode, parent = children["fork"].wait(timeout=120).stdout.splitlines()
+    lines = children["fork"].wait(timeout=120).stdout.splitlines()
+    paths, kind, msg, exitcode, parent = lines[4:]
+    assert "'queue'" in paths, paths  # the parent had queued work
     assert kind == "RuntimeError"
     assert "fork" in msg and "'spawn'" in msg, msg
     assert exitcode == "0"

@@ -144,6 +144,8 @@ def test_event_after_failed_work_completes_and_error_is_reported_once():
     # An event behind failed work completes (waiting on it does not hang); the
     # error is reported once, by whichever synchronization comes first.
     x = torch.randn(5, 3, device="neuron")
+    # the first call of the signature runs synchronously; the next is queued
+    torch.index_select(x, 0, torch.tensor([1], device="neuron"))
     torch.index_select(x, 0, torch.tensor([8], device="neuron"))
     reported = []
     e = torch.neuron.Event()

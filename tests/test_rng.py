@@ -200,14 +200,11 @@ def test_cpu_generator_for_neuron_op_is_a_clear_error(name):
         DRAWS[name](g)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "csrc/runtime/NeuronGenerator.cpp cpu_generator_for() checks only the generator's "
-    "device type: a neuron:1 generator is silently used for a neuron:0 tensor (CUDA "
-    "refuses a generator of another device)"))
 @pytest.mark.parametrize("name", ["rand", "normal_", "randperm"])
 def test_generator_of_another_core_is_a_clear_error(two_cores, name):
     g = torch.Generator(device="neuron:1")
-    with pytest.raises(RuntimeError, match=r"neuron:1.*neuron:0|neuron:0.*neuron:1"):
+    with pytest.raises(RuntimeError, match=r"^\[neuron\] aten::\w+.*: the generator is on "
+                                           r"neuron:1 but the tensor is on neuron:0"):
         DRAWS[name](g)  # tensors on neuron:0
 
 

@@ -3,6 +3,7 @@ import io
 
 import pytest
 import torch
+import torchneuron
 
 D = "neuron"
 
@@ -147,8 +148,11 @@ def test_save_to_file(tmp_path, two_cores):
 
 def test_saving_waits_for_queued_work():
     x = torch.randn(200, 200, device=D)
+    x @ x  # the first call of the signature may run synchronously; the next is queued
+    queued = torchneuron.executed_ops()["aten::mm"].get("queue", 0)
     y = x @ x  # still queued when torch.save reads the storage
     data = _saved(y)
+    assert torchneuron.executed_ops()["aten::mm"]["queue"] == queued + 1
     torch.testing.assert_close(_load(data, map_location="cpu"), x.cpu() @ x.cpu())
 
 

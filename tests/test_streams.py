@@ -2,6 +2,8 @@
 streams, ordering between streams, and errors raised by queued work."""
 import pytest
 import torch
+import torch.nn.functional as F
+import torchneuron
 
 # queued work and synchronization: a deadlock must fail, not hang the run
 pytestmark = pytest.mark.timeout(60)
@@ -127,17 +129,16 @@ def test_ordering_with_wait_stream():
     torch.testing.assert_close(y.cpu(), ref * 2 + 1)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "csrc: Tensor.record_stream is not registered for neuron; the fallback runs "
-    "the CPU kernel, which does not exist (NotImplementedError: Could not run "
-    "'aten::record_stream' with arguments from the 'CPU' backend)"))
 def test_record_stream():
     side = torch.neuron.Stream()
     a = torch.randn(256, 256)
     x = a.to("neuron")
+    x @ x  # the first call of the signature may run synchronously; the next is queued
+    queued = torchneuron.executed_ops()["aten::mm"].get("queue", 0)
     side.wait_stream(torch.neuron.current_stream())
     with torch.neuron.stream(side):
         y = x @ x
+    assert torchneuron.executed_ops()["aten::mm"]["queue"] == queued + 1
     x.record_stream(side)  # x's block may not be reused before side's work is done
     del x
     z = torch.zeros(256, 256, device="neuron")  # must not overwrite x under side's matmul
@@ -173,34 +174,80 @@ def test_synchronize_all_streams_of_a_device():
 
 
 # ---- errors raised by queued work --------------------------------------------
-# An out-of-range index can only be detected by reading the index tensor, which
-# happens when the CPU kernel runs on the stream's worker thread: the op is
-# enqueued without error and the failure surfaces at the next synchronization.
+# The first call of each argument signature runs synchronously, so even an
+# out-of-range index is raised at that call. Later calls of the same signature
+# are queued: the bad index is only read when the CPU kernel runs on the
+# stream's worker thread, so the op returns without error and the failure
+# surfaces at the next synchronization (or enqueue) on that stream. Each test
+# therefore runs the signature with valid indices first.
 
 
-def _bad_index_select():
-    x = torch.randn(5, 3, device="neuron")
-    return torch.index_select(x, 0, torch.tensor([0, 7], device="neuron"))
+def _index_select(i, device="neuron"):
+    x = torch.randn(5, 3, device=device)
+    return torch.index_select(x, 0, torch.tensor([0, i], device=device))
 
 
-def _bad_gather():
-    x = torch.randn(5, 3, device="neuron")
-    return torch.gather(x, 0, torch.tensor([[0, 9, 1]], device="neuron"))
+def _gather(i, device="neuron"):
+    x = torch.randn(5, 3, device=device)
+    return torch.gather(x, 0, torch.tensor([[0, i, 1]], device=device))
 
 
-def _bad_embedding():
-    w = torch.randn(4, 2, device="neuron")
-    return torch.nn.functional.embedding(torch.tensor([1, 4], device="neuron"), w)
+def _embedding(i, device="neuron"):
+    w = torch.randn(4, 2, device=device)
+    return F.embedding(torch.tensor([1, i], device=device), w)
 
 
-@pytest.mark.parametrize("op,name,exc", [
-    (_bad_index_select, "aten::index_select", IndexError),
-    (_bad_gather, "aten::gather", RuntimeError),
-    (_bad_embedding, "aten::index_select", IndexError),
-], ids=["index_select", "gather", "embedding"])
+# call(index, device), a valid and a bad index, the op that fails, its error
+BAD_INDEX = {
+    "index_select": (_index_select, 4, 7, "aten::index_select", IndexError),
+    "gather": (_gather, 4, 9, "aten::gather", RuntimeError),
+    "embedding": (_embedding, 3, 4, "aten::index_select", IndexError),
+}
+
+
+def _queue_bad_index(name="index_select", device="neuron"):
+    """The op with a bad index, queued: after a call with a valid index (the
+    synchronous first call of the signature). Returns the bad call's result."""
+    call, good, bad, _, _ = BAD_INDEX[name]
+    call(good, device)
+    torch.neuron.synchronize(device)
+    return call(bad, device)
+
+
+def first_calls_with_bad_indices():
+    """Run by a fresh interpreter (in_fresh_process), where every signature is
+    new: each op's first call, with a bad index."""
+    report = {}
+    for name, (call, _, bad, _, _) in BAD_INDEX.items():
+        at_call = later = None
+        try:
+            call(bad)
+        except Exception as e:
+            at_call = [type(e).__name__, str(e)]
+        try:
+            torch.neuron.synchronize()
+        except Exception as e:
+            later = [type(e).__name__, str(e)]
+        report[name] = [at_call, later]
+    return report
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("name", sorted(BAD_INDEX))
+def test_first_call_with_bad_index_raises_at_the_op(in_fresh_process, name):
+    call, _, bad, op, exc = BAD_INDEX[name]
+    with pytest.raises(exc) as cpu_info:
+        call(bad, "cpu")
+    at_call, later = in_fresh_process("first_calls_with_bad_indices")[name]
+    assert at_call == [exc.__name__, f"[neuron] {op}: {cpu_info.value}"], at_call
+    assert later is None
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INDEX))
 @pytest.mark.parametrize("sync", ["synchronize", "item", "cpu", "stream"])
-def test_error_in_queued_work_surfaces_at_next_sync(op, name, exc, sync):
-    y = op()  # enqueued: the bad index has not been read yet
+def test_error_in_queued_work_surfaces_at_next_sync(name, sync):
+    _, _, _, op, exc = BAD_INDEX[name]
+    y = _queue_bad_index(name)  # enqueued: the bad index has not been read yet
     assert y.device.type == "neuron"
     points = {
         "synchronize": lambda: torch.neuron.synchronize(),
@@ -211,7 +258,7 @@ def test_error_in_queued_work_surfaces_at_next_sync(op, name, exc, sync):
     with pytest.raises(exc) as info:
         points[sync]()
     msg = str(info.value)
-    assert f"raised by queued op {name}" in msg, msg
+    assert f"raised by queued op {op}" in msg, msg
     assert "out of" in msg, msg  # PyTorch's own message is kept
     # reported once; then the device keeps working
     torch.neuron.synchronize()
@@ -222,15 +269,17 @@ def test_error_in_queued_work_surfaces_at_next_sync(op, name, exc, sync):
 
 
 def test_error_in_queued_work_surfaces_when_printing():
-    y = _bad_index_select()
-    with pytest.raises(IndexError, match="index out of range"):
+    y = _queue_bad_index()
+    with pytest.raises(IndexError, match=r"index out of range.*raised by queued op "
+                                         r"aten::index_select"):
         str(y)
 
 
 def test_error_on_side_stream_surfaces_on_that_stream():
     s = torch.neuron.Stream()
+    _index_select(4)  # the first call of the signature, on the default stream
     with torch.neuron.stream(s):
-        _bad_index_select()
+        _index_select(7)  # queued on s
     # the default stream has nothing to report
     torch.neuron.default_stream().synchronize()
     with pytest.raises(IndexError, match="raised by queued op aten::index_select"):
@@ -238,28 +287,63 @@ def test_error_on_side_stream_surfaces_on_that_stream():
     s.synchronize()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "csrc/aten/Fallback.cpp + NeuronException.cpp: when the next synchronization is a "
-    "sync-path op of the fallback (nonzero, masked_select, unique, printing a tensor), "
-    "rethrow_with_op() rebuilds the pending async error with that op's name and drops "
-    "its context: the message blames aten::nonzero and loses 'raised by queued op "
-    "aten::index_select'"))
 def test_error_surfaces_at_next_sync_path_op_naming_the_failed_op():
     a = torch.tensor([1.0, 0.0, 2.0], device="neuron")
-    _bad_index_select()
+    _queue_bad_index()
     # nonzero has a data-dependent shape: it synchronizes first, and the
     # pending error must still name the op that failed, not nonzero.
     with pytest.raises(IndexError) as info:
         torch.nonzero(a)
     msg = str(info.value)
-    assert "aten::index_select" in msg, msg
+    assert "raised by queued op aten::index_select" in msg, msg
     assert "aten::nonzero" not in msg, msg
 
 
 def test_error_in_queued_work_on_other_core(two_cores):
     x = torch.randn(5, 3, device="neuron:1")
+    torch.index_select(x, 0, torch.tensor([2], device="neuron:1"))  # the first call
+    torch.neuron.synchronize(1)
     torch.index_select(x, 0, torch.tensor([9], device="neuron:1"))
     torch.neuron.synchronize(0)  # other core: nothing to report
     with pytest.raises(IndexError, match="raised by queued op aten::index_select"):
         torch.neuron.synchronize(1)
     assert torch.equal((x + 0).cpu(), x.cpu())
+
+
+# ---- waiting for queued work while holding the GIL ----------------------------
+
+_GIL_WAIT = """
+    import faulthandler
+    import torch
+    faulthandler.dump_traceback_later(5, exit=True)  # a deadlock ends the process
+    a = torch.randn(256, 256, device="neuron")
+    a = a @ a  # the first call of the signature runs synchronously
+    for _ in range(20):
+        a = a @ a / 256  # queued: the stream stays busy for a while
+    src = torch.arange(4.0).pin_memory()
+    x = src.to("neuron", non_blocking=True)  # queued; the copy task holds a reference to src
+    x[2] = 100.0  # a Python scalar: the first fill_ of a 0-dim neuron tensor waits for the stream
+    faulthandler.cancel_dump_traceback_later()
+    print(x.cpu().tolist())
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gil_wait_child(in_fresh_process, start_python):
+    """The child processes of this module, started with its first test so that
+    they run meanwhile."""
+    in_fresh_process.start("first_calls_with_bad_indices")
+    return start_python(_GIL_WAIT)
+
+
+# A synchronous first call waits for the stream. Its caller may hold the GIL
+# (Tensor.__setitem__ turns a Python scalar into a 0-dim neuron tensor,
+# scalar_tensor -> fill_, while holding it), and a queued task that holds a
+# tensor with a Python object (here the pinned source of a non_blocking copy)
+# needs the GIL to drop it when the worker thread is done with the task: the
+# wait must release the GIL, or the two threads wait for each other forever.
+@pytest.mark.timeout(150)
+def test_first_call_holding_the_gil_does_not_deadlock(gil_wait_child):
+    done = gil_wait_child.wait(timeout=120, ok=False)
+    assert done.returncode == 0 and done.stdout == "[0.0, 1.0, 100.0, 3.0]\n", (
+        f"exit code {done.returncode}\n--- stderr\n{done.stderr[-3000:]}")
