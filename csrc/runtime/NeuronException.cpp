@@ -29,7 +29,9 @@ namespace torchneuron {
         std::rethrow_exception(err.original());
       } catch (c10::Error& inner) {
         inner.add_context(std::string("[neuron] raised by queued op ") + err.op_name() +
-                          " (reported at the next synchronization)");
+                          (neuronrt::launch_blocking()
+                               ? " (NEURON_LAUNCH_BLOCKING=1: reported at the op)"
+                               : " (reported at the next synchronization)"));
         throw;
       } catch (...) {
       }
