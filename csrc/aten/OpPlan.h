@@ -1,0 +1,39 @@
+// What the fallback knows about an op, computed once per operator schema:
+// its name, how it must run, which arguments it writes, its out= overload,
+// its cache of output layouts and its counters.
+#pragma once
+
+#include <atomic>
+#include <optional>
+#include <string>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include "csrc/aten/MetaInference.h"
+#include "csrc/aten/OpStats.h"
+
+namespace torchneuron {
+
+enum class Mode : uint8_t {
+  kAsync,    // queued (after a synchronous first run per argument signature)
+  kSync,     // always synchronous: the op returns non-tensors
+  kCpuCopy,  // forced onto the copy-to-CPU path (TORCHNEURON_CPU_FALLBACK_OPS)
+};
+
+struct OpPlan {
+  std::string name;              // "aten::add.Tensor"
+  std::atomic<Mode> mode{Mode::kAsync};
+  bool has_mutable_arg = false;  // in-place / out= ops write an argument
+  SchemaFacts facts;             // written-argument returns, generator arguments
+  InferenceCache layouts;        // output layouts by argument signature
+  OpCounter* counter = nullptr;  // executed_ops() counts
+  // The op's out= overload, when it has one with the same arguments: fresh
+  // outputs are then written by the CPU kernel in place, with no copy.
+  std::optional<c10::OperatorHandle> out_op;
+  std::atomic<bool> out_op_ok{true};  // false once its kernel used `out` as scratch
+};
+
+// The plan of an op (built on first use; thread-safe; never freed).
+OpPlan& plan_for(const c10::OperatorHandle& op);
+
+}  // namespace torchneuron
