@@ -20,6 +20,7 @@ from ._registration import register as _register  # noqa: E402
 _register()
 
 from ._ops import executed_ops, fallback_ops, reset_executed_ops  # noqa: E402
+from . import hf_integration as _hf_integration  # noqa: E402,F401  (device_map="auto" & co.)
 
 __all__ = ["executed_ops", "fallback_ops", "reset_executed_ops"]
 __version__ = "0.1.0"

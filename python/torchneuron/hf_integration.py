@@ -1,0 +1,294 @@
+"""Hugging Face Accelerate / Transformers support for the `neuron` device.
+
+`from_pretrained(..., device_map="auto" | "balanced" | "balanced_low_0" |
+"sequential")` asks Accelerate how much memory each accelerator has, and
+Accelerate only knows a fixed list of vendors: for an unknown device it returns
+`{"cpu": ...}` and the whole model is silently loaded on the CPU. This module
+adapts the few functions involved so that the model is placed on the neuron
+cores by their capacity, as it would be on GPUs.
+
+Adaptations (each one wraps the original function and defers to it unchanged
+unless `neuron` is PyTorch's current accelerator, i.e.
+`torch.accelerator.current_accelerator().type == "neuron"`):
+
+1. `accelerate.utils.imports.is_neuron_available`
+   Accelerate's device detection (`PartialState`, `dispatch_model`, seeding,
+   `release_memory`, ...) has a `neuron` entry, gated on an importable AWS
+   `torch_neuronx`, which can never be installed next to torchneuron. The
+   wrapper also answers True when the `neuron` device of torchneuron is there.
+   Everything Accelerate then calls (`torch.neuron.current_device`,
+   `empty_cache`, `manual_seed`, `get_rng_state_all`, ...) exists.
+
+2. `accelerate.utils.modeling.get_max_memory`
+   The source of the silent CPU load. Without `max_memory`, the wrapper
+   returns `{0: free bytes of neuron:0, 1: ..., "cpu": available RAM}` from
+   `torch.neuron.mem_get_info(i)`. Integer keys are kept on purpose: every
+   consumer (Accelerate's and Transformers' `get_balanced_memory`,
+   `infer_auto_device_map`) treats integer keys as "the accelerators". With a
+   user `max_memory`, it validates integer keys against
+   `torch.neuron.device_count()` (not CUDA's count) and also accepts
+   `"neuron:1"` / `torch.device("neuron", 1)` keys, normalised to `1`.
+   Strings like "2GB" are converted in place, as Accelerate does (Transformers
+   relies on that side effect).
+
+3. `transformers.integrations.accelerate._get_device_map`
+   For the automatic strategies the computed map holds integer indices; the
+   wrapper rewrites them to explicit `"neuron:i"` strings, so that loading,
+   `dispatch_model` hooks and `model.hf_device_map` all name the real device.
+
+4. `transformers.integrations.accelerate.check_and_set_device_map`
+   Transformers documents integers as CUDA indices (`device_map=0` is "GPU 0")
+   and does not map them to `neuron:i`. Instead of an obscure failure or a
+   load on another device, `device_map=0` or a dict with integer values
+   (`{"": 1}`) raises a ValueError naming what to use: `"neuron:0"` /
+   `{"": "neuron:1"}`. Device strings and `torch.device`s pass through.
+
+How the adaptations are applied, and why this way: importing torchneuron must
+stay fast and must not import Accelerate or Transformers (importing
+Transformers takes seconds). Both libraries bind these functions by name into
+other modules at import time (`from .modeling import get_max_memory`,
+`from .integrations.accelerate import _get_device_map`), so patching after the
+fact would have to chase every copy. A small `sys.meta_path` finder instead
+runs the original loader of exactly the defining modules (listed in
+`_TARGETS`) and wraps the functions right after each module executes, before
+anything else can import them by name. The finder only installs itself if
+`accelerate` or `transformers` is findable, and costs one dict lookup per
+import. If a target module is already imported when torchneuron is (unusual:
+`import torch` autoloads torchneuron first), it is patched at once and the
+already bound copies in other loaded `accelerate` / `transformers` modules are
+replaced too. Everything is idempotent; a target function missing in some
+future version gives a warning instead of an error.
+"""
+import importlib.util
+import sys
+import warnings
+
+import torch
+
+__all__ = ["install", "neuron_is_accelerator"]
+
+_PATCHED_ATTR = "__torchneuron_patched__"
+_AUTO_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def neuron_is_accelerator():
+    """True when `neuron` is PyTorch's current accelerator and has a core."""
+    try:
+        acc = torch.accelerator.current_accelerator()
+        return acc is not None and acc.type == "neuron" and torch.neuron.device_count() > 0
+    except Exception:
+        return False
+
+
+# ---------------------------------------------------------------- wrappers
+
+
+def _wrap_is_neuron_available(original):
+    def is_neuron_available(check_device=False):
+        if neuron_is_accelerator():
+            return True
+        return original(check_device)
+
+    return is_neuron_available
+
+
+def _neuron_index(key):
+    """Normalise a max_memory key: neuron devices become their index."""
+    if isinstance(key, torch.device):
+        if key.type == "neuron":
+            return key.index if key.index is not None else torch.neuron.current_device()
+        return key.type
+    if isinstance(key, str) and key.startswith("neuron"):
+        dev = torch.device(key)
+        return dev.index if dev.index is not None else torch.neuron.current_device()
+    return key
+
+
+def _wrap_get_max_memory(original, module):
+    def get_max_memory(max_memory=None):
+        if not neuron_is_accelerator():
+            return original(max_memory)
+        import psutil
+
+        count = torch.neuron.device_count()
+        if max_memory is None:
+            result = {}
+            for i in range(count):
+                try:
+                    result[i] = torch.neuron.mem_get_info(i)[0]
+                except Exception:
+                    continue
+            result["cpu"] = psutil.virtual_memory().available
+            return result
+
+        convert = module.convert_file_size_to_int
+        normalised = {}
+        for key in list(max_memory):
+            if isinstance(max_memory[key], str):
+                max_memory[key] = convert(max_memory[key])  # in place, as Accelerate does
+            normalised[_neuron_index(key)] = max_memory[key]
+        indices = sorted(k for k in normalised if isinstance(k, int) and not isinstance(k, bool))
+        for i in indices:
+            if i < 0 or i >= count:
+                raise ValueError(
+                    f"max_memory names neuron device {i}, but there are {count} neuron devices "
+                    f"(valid keys: {list(range(count))} or 'neuron:0'..'neuron:{count - 1}', 'cpu', 'disk')."
+                )
+        others = [k for k in ("cpu", "disk") if k in normalised]
+        unknown = [k for k in normalised if k not in indices and k not in others]
+        if unknown:
+            raise ValueError(
+                f"max_memory keys {unknown} are not recognised; use neuron indices or 'neuron:i', 'cpu' and 'disk'."
+            )
+        return {k: normalised[k] for k in indices + others}
+
+    return get_max_memory
+
+
+def _wrap_get_device_map(original):
+    def _get_device_map(model, device_map, *args, **kwargs):
+        requested = device_map
+        result = original(model, device_map, *args, **kwargs)
+        if isinstance(requested, str) and requested in _AUTO_STRATEGIES and neuron_is_accelerator():
+            if isinstance(result, dict):
+                for name, dev in list(result.items()):
+                    if isinstance(dev, int) and not isinstance(dev, bool):
+                        result[name] = f"neuron:{dev}"
+        return result
+
+    return _get_device_map
+
+
+def _integer_device_map_error(device_map):
+    if isinstance(device_map, bool):
+        return None
+    if isinstance(device_map, int) and device_map >= 0:
+        return (
+            f"device_map={device_map!r}: Transformers treats integer device indices as CUDA devices and "
+            f"does not map them to the neuron device. Use device_map=\"neuron:{device_map}\" "
+            f"(or {{\"\": \"neuron:{device_map}\"}}) instead, or device_map=\"auto\" to spread the model "
+            "over all neuron cores."
+        )
+    if isinstance(device_map, dict):
+        bad = {k: v for k, v in device_map.items() if isinstance(v, int) and not isinstance(v, bool)}
+        if bad:
+            fixed = {k: f"neuron:{v}" for k, v in bad.items()}
+            return (
+                f"device_map has integer device indices {bad}: Transformers treats them as CUDA devices and "
+                f"does not map them to the neuron device. Use device strings instead, e.g. {fixed} "
+                "(\"neuron:0\", \"neuron:1\", ...)."
+            )
+    return None
+
+
+def _wrap_check_and_set_device_map(original):
+    def check_and_set_device_map(device_map):
+        if neuron_is_accelerator():
+            message = _integer_device_map_error(device_map)
+            if message is not None:
+                raise ValueError(message)
+        return original(device_map)
+
+    return check_and_set_device_map
+
+
+# ------------------------------------------------------------ installation
+
+# module name -> [(function name, wrapper factory(original, module))]
+_TARGETS = {
+    "accelerate.utils.imports": [("is_neuron_available", lambda f, m: _wrap_is_neuron_available(f))],
+    "accelerate.utils.modeling": [("get_max_memory", _wrap_get_max_memory)],
+    "transformers.integrations.accelerate": [
+        ("check_and_set_device_map", lambda f, m: _wrap_check_and_set_device_map(f)),
+        ("_get_device_map", lambda f, m: _wrap_get_device_map(f)),
+    ],
+}
+
+
+def _patch_module(module, rebind_copies=False):
+    for name, factory in _TARGETS.get(module.__name__, ()):
+        original = getattr(module, name, None)
+        if original is None:
+            warnings.warn(
+                f"torchneuron: {module.__name__}.{name} not found; device_map support for the neuron "
+                "device may be incomplete with this version.",
+                stacklevel=2,
+            )
+            continue
+        if getattr(original, _PATCHED_ATTR, False):
+            continue
+        wrapper = factory(original, module)
+        wrapper.__name__ = getattr(original, "__name__", name)
+        wrapper.__qualname__ = getattr(original, "__qualname__", name)
+        wrapper.__doc__ = getattr(original, "__doc__", None)
+        wrapper.__wrapped__ = original
+        setattr(wrapper, _PATCHED_ATTR, True)
+        if hasattr(original, "cache_clear"):  # keep lru_cache's API available
+            wrapper.cache_clear = original.cache_clear
+        setattr(module, name, wrapper)
+        if rebind_copies:
+            for other_name, other in list(sys.modules.items()):
+                if other is None or other is module:
+                    continue
+                if not other_name.startswith(("accelerate", "transformers")):
+                    continue
+                try:
+                    if other.__dict__.get(name) is original:
+                        setattr(other, name, wrapper)
+                except Exception:
+                    continue
+
+
+class _PatchOnImport:
+    """meta_path finder: lets the normal finders locate the target modules and
+    wraps their loader so that the patches apply right after execution."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _TARGETS:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            _patch_module(module)
+
+        loader.exec_module = exec_module  # loaders are per-spec instances
+        return spec
+
+
+_finder = _PatchOnImport()
+
+
+def install():
+    """Apply the adaptations (idempotent). Cheap: imports neither library."""
+    if not any(_findable(name) for name in ("accelerate", "transformers")):
+        return
+    if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _finder)
+    for name in _TARGETS:
+        module = sys.modules.get(name)
+        if module is not None:
+            _patch_module(module, rebind_copies=True)
+
+
+def _findable(name):
+    if name in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+install()
