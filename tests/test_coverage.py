@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("transformers")
+pytest.importorskip("transformers", reason="the Hugging Face packages of requirements.txt are not installed")
 
 ROWS = [
     ("llama", "LlamaForCausalLM", "LlamaConfig", "baseline dense GQA + RoPE"),

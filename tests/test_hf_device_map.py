@@ -7,8 +7,8 @@ as is; integer indices are refused with a message naming the device string.
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
+transformers = pytest.importorskip("transformers", reason="the Hugging Face packages of requirements.txt are not installed")
+pytest.importorskip("accelerate", reason="the Hugging Face packages of requirements.txt are not installed")
 
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
