@@ -1,0 +1,92 @@
+"""Generation benchmark: a ~100M-parameter Llama-style model, `neuron` eager against
+PyTorch CPU eager in one run.
+
+    python benchmarks/generate.py [--quick]
+
+Random weights (nothing is downloaded). For float32 and bfloat16, it reports greedy
+decoding throughput (batch 1 and 8, 128 new tokens, static cache) and the time to
+first token of a 512-token prompt, on CPU and on neuron, and their ratio (target:
+neuron throughput >= 1.0x CPU). Both devices run eager with `disable_compile=True`
+(torchneuron has no torch.compile backend yet).
+"""
+import argparse
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+
+def build(dtype):
+    config = LlamaConfig(vocab_size=16000, hidden_size=768, intermediate_size=2048,
+                         num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4,
+                         max_position_embeddings=1024, bos_token_id=1, eos_token_id=2,
+                         pad_token_id=0)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).to(dtype).eval()
+
+
+def sync(device):
+    if device.type == "neuron":
+        torch.neuron.synchronize(device)
+
+
+def decode_tokens_per_s(model, device, batch, new_tokens):
+    ids = torch.randint(3, 16000, (batch, 16), generator=torch.Generator().manual_seed(1))
+    ids = ids.to(device)
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                  cache_implementation="static", disable_compile=True, pad_token_id=0)
+    with torch.no_grad():
+        model.generate(ids, **dict(kwargs, max_new_tokens=4, min_new_tokens=4))  # warm-up
+        sync(device)
+        t = time.perf_counter()
+        out = model.generate(ids, **kwargs)
+        sync(device)
+        elapsed = time.perf_counter() - t
+    assert out.shape[1] == 16 + new_tokens
+    return batch * new_tokens / elapsed
+
+
+def time_to_first_token(model, device, prompt):
+    ids = torch.randint(3, 16000, (1, prompt), generator=torch.Generator().manual_seed(2))
+    ids = ids.to(device)
+    kwargs = dict(max_new_tokens=1, do_sample=False, cache_implementation="static",
+                  disable_compile=True, pad_token_id=0)
+    with torch.no_grad():
+        model.generate(ids, **kwargs)  # warm-up (first calls of each shape run synchronously)
+        sync(device)
+        t = time.perf_counter()
+        model.generate(ids, **kwargs)
+        sync(device)
+    return time.perf_counter() - t
+
+
+def main():
+    parser = argparse.ArgumentParser(description="neuron vs CPU generation benchmark")
+    parser.add_argument("--quick", action="store_true", help="16 new tokens, 128-token prompt")
+    args = parser.parse_args()
+    new_tokens, prompt = (16, 128) if args.quick else (128, 512)
+    cpu, neuron = torch.device("cpu"), torch.device("neuron")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"{new_tokens} new tokens, {prompt}-token prompt for time to first token")
+    for dtype in (torch.float32, torch.bfloat16):
+        model_cpu = build(dtype)
+        params = sum(p.numel() for p in model_cpu.parameters())
+        model_dev = build(dtype).to(neuron)
+        print(f"\n{str(dtype).replace('torch.', '')}, {params / 1e6:.0f}M parameters")
+        print(f"  {'case':<28}{'cpu':>12}{'neuron':>12}{'ratio':>9}")
+        for batch in (1, 8):
+            c = decode_tokens_per_s(model_cpu, cpu, batch, new_tokens)
+            n = decode_tokens_per_s(model_dev, neuron, batch, new_tokens)
+            print(f"  {f'decode tokens/s, batch {batch}':<28}{c:>12.1f}{n:>12.1f}{n / c:>8.2f}x"
+                  f"   (target >= 1.0x)", flush=True)
+        c = time_to_first_token(model_cpu, cpu, prompt)
+        n = time_to_first_token(model_dev, neuron, prompt)
+        print(f"  {'time to first token, s':<28}{c:>12.3f}{n:>12.3f}{c / n:>8.2f}x"
+              f"   (ratio = cpu/neuron, higher is better)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
