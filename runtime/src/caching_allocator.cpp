@@ -399,6 +399,20 @@ void CachingAllocator::empty_cache(int device) {
   }
 }
 
+namespace {
+// Every Stat of every pool (for the resets).
+template <typename F>
+void for_each_stat(DeviceStats& stats, F f) {
+  for (PoolStats* p : {&stats.all, &stats.small_pool, &stats.large_pool}) {
+    for (Stat* s : {&p->allocation, &p->segment, &p->active, &p->inactive_split,
+                    &p->allocated_bytes, &p->reserved_bytes, &p->active_bytes,
+                    &p->inactive_split_bytes, &p->requested_bytes}) {
+      f(*s);
+    }
+  }
+}
+}  // namespace
+
 DeviceStats CachingAllocator::stats(int device) {
   check(detail::check_device(device));
   DeviceAlloc& da = impl_->at(device);
@@ -410,27 +424,17 @@ void CachingAllocator::reset_peak_stats(int device) {
   check(detail::check_device(device));
   DeviceAlloc& da = impl_->at(device);
   std::lock_guard<std::mutex> lock(da.mu);
-  for (PoolStats* p : {&da.stats.all, &da.stats.small_pool, &da.stats.large_pool}) {
-    for (Stat* s : {&p->allocation, &p->segment, &p->active, &p->inactive_split,
-                    &p->allocated_bytes, &p->reserved_bytes, &p->active_bytes,
-                    &p->inactive_split_bytes, &p->requested_bytes}) {
-      s->peak = s->current;
-    }
-  }
+  for_each_stat(da.stats, [](Stat& s) { s.peak = s.current; });
 }
 
 void CachingAllocator::reset_accumulated_stats(int device) {
   check(detail::check_device(device));
   DeviceAlloc& da = impl_->at(device);
   std::lock_guard<std::mutex> lock(da.mu);
-  for (PoolStats* p : {&da.stats.all, &da.stats.small_pool, &da.stats.large_pool}) {
-    for (Stat* s : {&p->allocation, &p->segment, &p->active, &p->inactive_split,
-                    &p->allocated_bytes, &p->reserved_bytes, &p->active_bytes,
-                    &p->inactive_split_bytes, &p->requested_bytes}) {
-      s->allocated = 0;
-      s->freed = 0;
-    }
-  }
+  for_each_stat(da.stats, [](Stat& s) {
+    s.allocated = 0;
+    s.freed = 0;
+  });
   da.stats.num_alloc_retries = 0;
   da.stats.num_ooms = 0;
   da.stats.num_device_alloc = 0;

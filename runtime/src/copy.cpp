@@ -114,17 +114,7 @@ nrtStatus nrtMemcpyAsync(void* dst, const void* src, size_t count,
     return st;
   }
   if (count == 0) return nrtSuccess;
-  uint64_t seq = 0;
-  if (nrtStatus st = stream->enqueue(copy_task(dst, src, count, kind),
-                                     /*report_failure=*/true, &seq);
-      st != nrtSuccess) {
-    return st;
-  }
-  if (config().launch_blocking) [[unlikely]] {
-    stream->wait_for(seq);
-    return stream->report_failure();
-  }
-  return nrtSuccess;
+  return stream->submit(copy_task(dst, src, count, kind));
 }
 
 nrtStatus nrtMemcpy(void* dst, const void* src, size_t count, nrtMemcpyKind kind) {

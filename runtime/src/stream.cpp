@@ -183,6 +183,18 @@ nrtStatus nrtStream_st::enqueue(Task&& t, bool report_failure, uint64_t* seq) {
   return nrtSuccess;
 }
 
+nrtStatus nrtStream_st::submit(Task&& t) {
+  uint64_t seq = 0;
+  if (nrtStatus st = enqueue(std::move(t), /*report_failure=*/true, &seq); st != nrtSuccess) {
+    return st;
+  }
+  if (config().launch_blocking) [[unlikely]] {
+    wait_for(seq);
+    return report_failure();
+  }
+  return nrtSuccess;
+}
+
 void nrtStream_st::worker_main() {
   t_worker_stream = this;
   char name[16];
@@ -449,16 +461,7 @@ nrtStatus nrtLaunchHostFunc(nrtStream_t stream, nrtHostFn fn, void* user,
   t.op_name = op_name ? op_name : "host function";
   t.host_fn = fn;
   t.a = user;
-  uint64_t seq = 0;
-  if (nrtStatus st = stream->enqueue(std::move(t), /*report_failure=*/true, &seq);
-      st != nrtSuccess) {
-    return st;
-  }
-  if (config().launch_blocking) [[unlikely]] {
-    stream->wait_for(seq);
-    return stream->report_failure();
-  }
-  return nrtSuccess;
+  return stream->submit(std::move(t));
 }
 
 nrtStatus nrtDeviceSynchronize(int device) {
@@ -496,12 +499,7 @@ void launch(nrtStream_t stream, const char* op_name, std::function<void()> fn) {
   t.kind = Task::Kind::kFunction;
   t.op_name = op_name ? op_name : "task";
   t.fn = std::move(fn);
-  uint64_t seq = 0;
-  check(stream->enqueue(std::move(t), /*report_failure=*/true, &seq));
-  if (detail::config().launch_blocking) [[unlikely]] {
-    stream->wait_for(seq);
-    check(stream->report_failure());
-  }
+  check(stream->submit(std::move(t)));
 }
 
 void synchronize(nrtStream_t stream) { check(nrtStreamSynchronize(stream)); }

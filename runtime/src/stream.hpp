@@ -104,6 +104,9 @@ struct nrtStream_st {
   // Queues t. With report_failure, a pending failure is reported (and
   // cleared) instead of queueing. *seq receives the task's sequence number.
   nrtStatus enqueue(neuronrt::detail::Task&& t, bool report_failure, uint64_t* seq);
+  // Queues work from an API call: reports a pending failure first, and under
+  // NEURON_LAUNCH_BLOCKING=1 waits for the work and reports its failure.
+  nrtStatus submit(neuronrt::detail::Task&& t);
   // Waits until task `seq` has finished (no-op on the stream's own worker).
   void wait_for(uint64_t seq);
   // Waits for everything queued so far; with consume, reports the failure.
