@@ -226,6 +226,7 @@ enum class AsyncResult { kDone, kValidate, kSyncSignature };
 struct Validation {
   std::shared_ptr<const OutputLayout> layout;
   ArgSignature sig;
+  ArgSignature shape_class;
 };
 
 AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
@@ -239,8 +240,14 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
       return AsyncResult::kSyncSignature;  // no layout, or one the CPU kernel disagreed with
     case OutputLayout::kUnvalidated:
       if (!plan.layouts.trusted()) {
+        ArgSignature shape_class = shape_class_of(args, plan.facts);
+        if (plan.layouts.class_validated(shape_class)) {
+          layout->state.store(OutputLayout::kValidated, std::memory_order_release);
+          break;
+        }
         to_validate->layout = std::move(layout);
         to_validate->sig = std::move(sig);
+        to_validate->shape_class = std::move(shape_class);
         return AsyncResult::kValidate;
       }
       break;
@@ -462,7 +469,7 @@ void run_sync(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack, c10::De
   if (validate) {
     auto state = use_planned ? OutputLayout::kValidated : OutputLayout::kSyncOnly;
     validate->layout->state.store(state, std::memory_order_release);
-    if (use_planned) plan.layouts.note_validated();
+    if (use_planned) plan.layouts.note_validated(validate->shape_class);
   }
   torch::jit::drop(*stack, nargs);
   for (auto& v : results) stack->push_back(std::move(v));

@@ -26,6 +26,7 @@ bool is_neuron(const at::Tensor& t) {
 struct Walker {
   ArgSignature& sig;
   bool float_values;
+  bool shape_class = false;  // see shape_class_of()
 
   int storage_id(c10::StorageImpl* st) {
     for (size_t i = 0; i < sig.storages.size(); ++i) {
@@ -44,6 +45,15 @@ struct Walker {
     k.push_back(kTensor);
     k.push_back(static_cast<int64_t>(t.scalar_type()));
     k.push_back(is_neuron(t) ? storage_id(t.storage().unsafeGetStorageImpl()) : -1);
+    if (shape_class) {
+      // Each size as 0, 1 or "more", plus contiguity and offset presence.
+      k.push_back((t.is_contiguous() ? 1 : 0) | (t.storage_offset() != 0 ? 2 : 0) |
+                  (t.is_conj() ? 4 : 0) | (t.is_neg() ? 8 : 0) |
+                  (t.unsafeGetTensorImpl()->is_wrapped_number() ? 16 : 0));
+      k.push_back(t.dim());
+      for (auto s : t.sizes()) k.push_back(std::min<int64_t>(s, 2));
+      return;
+    }
     k.push_back(static_cast<int64_t>(t.storage().nbytes()));
     k.push_back(t.storage_offset());
     k.push_back((t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0) |
@@ -210,6 +220,13 @@ ArgSignature signature_of(const Stack& args, const SchemaFacts& facts) {
   return sig;
 }
 
+ArgSignature shape_class_of(const Stack& args, const SchemaFacts& facts) {
+  ArgSignature sig;
+  Walker w{sig, facts.key_float_values, /*shape_class=*/true};
+  for (const IValue& v : args) w.value(v);
+  return sig;
+}
+
 namespace {
 size_t hash_key(c10::ArrayRef<int64_t> k) {
   uint64_t h = 1469598103934665603ull;
@@ -219,6 +236,30 @@ size_t hash_key(c10::ArrayRef<int64_t> k) {
   return static_cast<size_t>(h);
 }
 }  // namespace
+
+bool InferenceCache::class_validated(const ArgSignature& shape_class) {
+  if (!shape_class.cacheable) return false;
+  const size_t hash = hash_key(shape_class.key);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = validated_classes_.find(hash);
+  if (it == validated_classes_.end()) return false;
+  for (const auto& k : it->second) {
+    if (c10::ArrayRef<int64_t>(k) == c10::ArrayRef<int64_t>(shape_class.key)) return true;
+  }
+  return false;
+}
+
+void InferenceCache::note_validated(const ArgSignature& shape_class) {
+  validated_.fetch_add(1, std::memory_order_relaxed);
+  if (!shape_class.cacheable) return;
+  const size_t hash = hash_key(shape_class.key);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& keys = validated_classes_[hash];
+  for (const auto& k : keys) {
+    if (c10::ArrayRef<int64_t>(k) == c10::ArrayRef<int64_t>(shape_class.key)) return;
+  }
+  keys.emplace_back(shape_class.key.begin(), shape_class.key.end());
+}
 
 std::shared_ptr<const OutputLayout> InferenceCache::infer(const c10::OperatorHandle& op,
                                                           const SchemaFacts& facts,

@@ -67,6 +67,13 @@ struct ArgSignature {
 };
 ArgSignature signature_of(const torch::jit::Stack& args, const SchemaFacts& facts);
 
+// A coarser key: tensor sizes only as 0, 1 or "more", contiguity instead of
+// strides. Signatures of one class fail or pass the CPU kernel's argument
+// checks alike (Meta kernels already checked the exact shapes), so one
+// validated signature vouches for its class: a sequence growing by a token
+// per step does not run each new length synchronously.
+ArgSignature shape_class_of(const torch::jit::Stack& args, const SchemaFacts& facts);
+
 class InferenceCache {
  public:
   // After this many signatures validated in agreement with their Meta
@@ -74,7 +81,9 @@ class InferenceCache {
   // run (ops fed ever-changing shapes would otherwise sync on every call).
   static constexpr int kTrustAfter = 64;
   bool trusted() const { return validated_.load(std::memory_order_relaxed) >= kTrustAfter; }
-  void note_validated() { validated_.fetch_add(1, std::memory_order_relaxed); }
+  // A signature of this class (shape_class_of) was validated.
+  bool class_validated(const ArgSignature& shape_class);
+  void note_validated(const ArgSignature& shape_class);
 
   // The outputs' layout. When the Meta kernel cannot tell (no Meta kernel,
   // shapes that depend on the data), a layout in state kSyncOnly: the
@@ -93,6 +102,7 @@ class InferenceCache {
   std::unordered_map<size_t, std::vector<Entry>> entries_;  // by key hash
   size_t size_ = 0;
   std::atomic<int> validated_{0};
+  std::unordered_map<size_t, std::vector<std::vector<int64_t>>> validated_classes_;
 };
 
 }  // namespace torchneuron

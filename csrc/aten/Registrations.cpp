@@ -2,6 +2,7 @@
 // goes through the boxed fallback (Fallback.cpp).
 #include <torch/library.h>
 
+#include "csrc/aten/native/Attention.h"
 #include "csrc/aten/native/Compat.h"
 #include "csrc/aten/native/Convolution.h"
 #include "csrc/aten/native/Copy.h"
@@ -43,6 +44,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // convolutions (PyTorch routes out-of-tree devices to the overrideable ops)
   m.impl("convolution_overrideable", TORCH_FN(native::convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));
+  // attention (scaled_dot_product_attention picks it via _fused_sdp_choice)
+  m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(native::sdpa_overrideable));
+  m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
+         TORCH_FN(native::sdpa_overrideable_backward));
   // streams
   m.impl("record_stream", TORCH_FN(native::record_stream));
   // generic behaviour that is wrong for neuron

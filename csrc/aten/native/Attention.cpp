@@ -1,0 +1,230 @@
+#include "csrc/aten/native/Attention.h"
+
+#include <cmath>
+
+#include <ATen/Context.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/Parallel.h>
+#include <ATen/SDPBackend.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
+
+#include <neuronkernels/attention.hpp>
+
+#include "csrc/aten/Launch.h"
+#include "csrc/aten/OpStats.h"
+
+namespace torchneuron::native {
+namespace {
+
+namespace nk = neuronkernels;
+
+constexpr const char* kForwardOp = "aten::_scaled_dot_product_fused_attention_overrideable";
+constexpr const char* kBackwardOp = "aten::_scaled_dot_product_fused_attention_overrideable_backward";
+
+std::optional<nk::DType> kernel_dtype(c10::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return nk::DType::kFloat32;
+    case at::kBFloat16: return nk::DType::kBFloat16;
+    case at::kHalf: return nk::DType::kFloat16;
+    default: return std::nullopt;
+  }
+}
+
+bool is_neuron(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+
+bool plain(const at::Tensor& t) {
+  return t.layout() == at::kStrided && !t.is_nested() && !t.is_conj() && !t.is_neg();
+}
+
+// Whether the kernel takes these arguments (else the math path runs them).
+bool kernel_supports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                     bool enable_gqa) {
+  if (dropout_p > 0.0) return false;  // the math path draws the dropout mask
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
+  if (!plain(q) || !plain(k) || !plain(v)) return false;
+  if (!is_neuron(q) || k.device() != q.device() || v.device() != q.device()) return false;
+  if (!kernel_dtype(q.scalar_type()) || k.scalar_type() != q.scalar_type() ||
+      v.scalar_type() != q.scalar_type()) {
+    return false;
+  }
+  const int64_t B = q.size(0), Hq = q.size(1), L = q.size(2), Hkv = k.size(1), S = k.size(2);
+  if (k.size(0) != B || v.size(0) != B || v.size(1) != Hkv || v.size(2) != S ||
+      k.size(3) != q.size(3)) {
+    return false;
+  }
+  if (Hq != Hkv && !(enable_gqa && Hkv > 0 && Hq % Hkv == 0)) return false;
+  if (mask && mask->defined()) {
+    if (is_causal) return false;  // the math path reports the conflict
+    const at::Tensor& m = *mask;
+    if (!plain(m) || m.device() != q.device() || m.dim() > 4) return false;
+    if (m.scalar_type() != at::kBool && !kernel_dtype(m.scalar_type())) return false;
+    if (!at::is_expandable_to(m.sizes(), {B, Hq, L, S})) return false;
+  }
+  return true;
+}
+
+nk::View4 view_of(const at::Tensor& t) {
+  nk::View4 v;
+  v.data = t.data_ptr();
+  v.dtype = *kernel_dtype(t.scalar_type());
+  for (int i = 0; i < 4; ++i) {
+    v.sizes[i] = t.size(i);
+    v.strides[i] = t.stride(i);
+  }
+  return v;
+}
+
+// The kernels share ATen's intra-op thread pool, as ATen's own CPU kernels
+// running on the device's queue do.
+void aten_parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+  at::parallel_for(0, n, 1, body);
+}
+
+void check_arguments(const char* op, const at::Tensor& q, const at::Tensor& k,
+                     const at::Tensor& v, const at::Tensor& mask) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
+              ": expected 4-D query, key and value [batch, heads, length, head_dim], got ",
+              q.sizes(), ", ", k.sizes(), ", ", v.sizes());
+  for (const at::Tensor* t : {&q, &k, &v}) {
+    TORCH_CHECK(is_neuron(*t) && t->device() == q.device(), op,
+                ": expected query, key and value on one neuron device, got ", q.device(), ", ",
+                k.device(), ", ", v.device());
+    TORCH_CHECK(t->scalar_type() == q.scalar_type() && kernel_dtype(t->scalar_type()), op,
+                ": expected query, key and value of one dtype among float32, bfloat16, float16, "
+                "got ", q.scalar_type(), ", ", k.scalar_type(), ", ", v.scalar_type());
+    TORCH_CHECK(plain(*t), op, ": expected strided, non-nested tensors without conj/neg bits");
+  }
+  const int64_t B = q.size(0), Hq = q.size(1), L = q.size(2), Hkv = k.size(1), S = k.size(2);
+  TORCH_CHECK(k.size(0) == B && v.size(0) == B && v.size(1) == Hkv && v.size(2) == S &&
+                  k.size(3) == q.size(3),
+              op, ": shapes do not match: query ", q.sizes(), ", key ", k.sizes(), ", value ",
+              v.sizes());
+  TORCH_CHECK(Hkv > 0 ? Hq % Hkv == 0 : Hq == 0, op, ": query heads (", Hq,
+              ") must be a multiple of key/value heads (", Hkv, ")");
+  if (mask.defined()) {
+    TORCH_CHECK(mask.device() == q.device() && kernel_dtype(mask.scalar_type()), op,
+                ": expected a floating attn_bias on ", q.device(), ", got ", mask.scalar_type(),
+                " on ", mask.device());
+    TORCH_CHECK(at::is_expandable_to(mask.sizes(), {B, Hq, L, S}), op, ": attn_bias of shape ",
+                mask.sizes(), " does not broadcast to [", B, ", ", Hq, ", ", L, ", ", S, "]");
+  }
+}
+
+nk::AttentionParams params_of(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const at::Tensor& mask, bool is_causal, std::optional<double> scale) {
+  nk::AttentionParams p;
+  p.q = view_of(q);
+  p.k = view_of(k);
+  p.v = view_of(v);
+  if (mask.defined()) p.mask = view_of(mask);
+  p.causal = is_causal;
+  p.scale = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  return p;
+}
+
+}  // namespace
+
+int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                         const std::optional<at::Tensor>& attn_mask, double dropout_p,
+                         bool is_causal, std::optional<double> scale, bool enable_gqa) {
+  auto& ctx = at::globalContext();
+  if (ctx.userEnabledOverrideableSDP() &&
+      kernel_supports(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)) {
+    return static_cast<int64_t>(at::SDPBackend::overrideable);
+  }
+  TORCH_CHECK(ctx.userEnabledMathSDP(),
+              "scaled_dot_product_attention on neuron: the neuron attention kernel cannot take "
+              "these arguments (query ", query.sizes(), " ", query.scalar_type(), ", key ",
+              key.sizes(), ", dropout_p=", dropout_p, ", enable_gqa=", enable_gqa,
+              ") and the math backend is disabled; enable SDPBackend.MATH or "
+              "SDPBackend.OVERRIDEABLE in torch.nn.attention.sdpa_kernel");
+  return static_cast<int64_t>(at::SDPBackend::math);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
+           at::Tensor, at::Tensor>
+sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                  const std::optional<at::Tensor>& attn_bias, double dropout_p, bool is_causal,
+                  bool return_debug_mask, std::optional<double> scale) {
+  static OpCounter& counter = op_counter(kForwardOp);
+  at::Tensor bias = attn_bias ? *attn_bias : at::Tensor();
+  check_arguments(kForwardOp, query, key, value, bias);
+  TORCH_CHECK(dropout_p == 0.0, kForwardOp, ": dropout_p=", dropout_p,
+              " is not supported by the neuron attention kernel (scaled_dot_product_attention "
+              "sends dropout to the math backend)");
+  TORCH_CHECK(!return_debug_mask, kForwardOp, ": return_debug_mask is not supported");
+  TORCH_CHECK(!(is_causal && bias.defined()), kForwardOp,
+              ": is_causal=True and an attn_bias cannot be combined");
+  const int64_t B = query.size(0), Hq = query.size(1), L = query.size(2), S = key.size(2),
+                Dv = value.size(3);
+  // [B, L, Hq, Dv] memory viewed as [B, Hq, L, Dv]: attention layers transpose
+  // the result back to [B, L, Hq * Dv], which is then free.
+  at::Tensor out = at::empty({B, L, Hq, Dv}, query.options()).transpose(1, 2);
+  at::Tensor lse = at::empty({B, Hq, L}, query.options().dtype(at::kFloat));
+  at::Tensor mask = bias.defined() ? bias.expand({B, Hq, L, S}) : bias;
+  nk::AttentionParams p = params_of(query, key, value, mask, is_causal, scale);
+  // The lambda holds the tensors: their memory stays in use until the kernel ran.
+  launch(query.device().index(), kForwardOp,
+         [p, q = query, k = key, v = value, mask, out, lse]() {
+           nk::attention_forward(p, view_of(out), lse.data_ptr<float>(), aten_parallel_for);
+         });
+  counter.count(ExecPath::kKernel);
+  return {out, lse, at::Tensor(), at::Tensor(), c10::SymInt(L), c10::SymInt(S),
+          at::Tensor(), at::Tensor(), at::Tensor()};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_backward(
+    const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key,
+    const at::Tensor& value, const at::Tensor& attn_bias, std::array<bool, 4> grad_input_mask,
+    const at::Tensor& out, const at::Tensor& logsumexp, const at::Tensor& cum_seq_q,
+    const at::Tensor& cum_seq_k, c10::SymInt max_q, c10::SymInt max_k, double dropout_p,
+    bool is_causal, const at::Tensor& philox_seed, const at::Tensor& philox_offset,
+    std::optional<double> scale) {
+  static OpCounter& counter = op_counter(kBackwardOp);
+  check_arguments(kBackwardOp, query, key, value, attn_bias);
+  TORCH_CHECK(dropout_p == 0.0, kBackwardOp, ": dropout_p=", dropout_p, " is not supported");
+  TORCH_CHECK(grad_out.sizes() == out.sizes() && grad_out.device() == query.device() &&
+                  grad_out.scalar_type() == query.scalar_type(),
+              kBackwardOp, ": grad_out ", grad_out.sizes(), " ", grad_out.scalar_type(),
+              " does not match the output ", out.sizes(), " ", out.scalar_type());
+  TORCH_CHECK(logsumexp.defined() && logsumexp.scalar_type() == at::kFloat &&
+                  logsumexp.is_contiguous(),
+              kBackwardOp, ": expected the forward's float32 logsumexp");
+  const int64_t B = query.size(0), Hq = query.size(1), L = query.size(2), S = key.size(2);
+  at::Tensor dq = grad_input_mask[0] ? at::empty_like(query) : at::Tensor();
+  at::Tensor dk = grad_input_mask[1] ? at::empty_like(key) : at::Tensor();
+  at::Tensor dv = grad_input_mask[2] ? at::empty_like(value) : at::Tensor();
+  const bool want_dbias = grad_input_mask[3] && attn_bias.defined();
+  at::Tensor dscores =
+      want_dbias ? at::zeros({B, Hq, L, S}, query.options().dtype(at::kFloat)) : at::Tensor();
+  at::Tensor mask = attn_bias.defined() ? attn_bias.expand({B, Hq, L, S}) : attn_bias;
+  nk::AttentionParams p = params_of(query, key, value, mask, is_causal, scale);
+  launch(query.device().index(), kBackwardOp,
+         [p, q = query, k = key, v = value, mask, out, lse = logsumexp, grad_out, dq, dk, dv,
+          dscores]() {
+           nk::AttentionGrads g;
+           if (dq.defined()) g.dq = view_of(dq);
+           if (dk.defined()) g.dk = view_of(dk);
+           if (dv.defined()) g.dv = view_of(dv);
+           if (dscores.defined()) g.dscores = dscores.data_ptr<float>();
+           nk::attention_backward(p, view_of(out), lse.data_ptr<float>(), view_of(grad_out), g,
+                                  aten_parallel_for);
+         });
+  counter.count(ExecPath::kKernel);
+  at::Tensor dbias;
+  if (want_dbias) {
+    // The bias was broadcast: its gradient sums over the broadcast dimensions.
+    dbias = dscores.to(attn_bias.scalar_type()).sum_to_size(attn_bias.sizes());
+  }
+  return {dq, dk, dv, dbias};
+}
+
+}  // namespace torchneuron::native
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torchneuron::native::fused_sdp_choice)
+}  // namespace at::native
