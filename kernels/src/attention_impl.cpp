@@ -105,8 +105,65 @@ inline void axpy(float a, const float* __restrict x, float* __restrict y, int64_
   for (int64_t e = 0; e < n; ++e) y[e] += a * x[e];
 }
 
+// Reductions over 16 independent lanes: the compiler may not reorder a float
+// sum or max by itself, and a scalar loop here would serialize the exps too.
+constexpr int64_t kLanes = 16;
+
+inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t t = 0; t < kLanes; ++t) lanes[t] += a[i + t] * b[i + t];
+  }
+  float s = 0.0f;
+  for (int64_t t = 0; t < kLanes; ++t) s += lanes[t];
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// x[j] = x[j] * scale + bias[j] over a key block; returns the block's max.
+inline float scale_bias_max(float* __restrict x, const float* __restrict bias, float scale) {
+  float lanes[kLanes];
+  for (int64_t t = 0; t < kLanes; ++t) lanes[t] = kNegInf;
+  for (int64_t j = 0; j < kBk; j += kLanes) {
+    for (int64_t t = 0; t < kLanes; ++t) {
+      const float v = x[j + t] * scale + bias[j + t];
+      x[j + t] = v;
+      lanes[t] = v > lanes[t] ? v : lanes[t];
+    }
+  }
+  float m = kNegInf;
+  for (int64_t t = 0; t < kLanes; ++t) m = lanes[t] > m ? lanes[t] : m;
+  return m;
+}
+
+// p[j] = exp(x[j] - shift) over a key block; returns the sum.
+inline float exp_sum(const float* __restrict x, float shift, float* __restrict p) {
+  float lanes[kLanes] = {};
+  for (int64_t j = 0; j < kBk; j += kLanes) {
+    for (int64_t t = 0; t < kLanes; ++t) {
+      const float e = exp_f32(x[j + t] - shift);
+      p[j + t] = e;
+      lanes[t] += e;
+    }
+  }
+  float sum = 0.0f;
+  for (int64_t t = 0; t < kLanes; ++t) sum += lanes[t];
+  return sum;
+}
+
+// Row `j` of x (feature dim contiguous or not, any dtype) as float32: the
+// memory itself when it already is contiguous float32, else a converted copy.
+inline const float* row_f32(const View4& x, int64_t b, int64_t h, int64_t j, int64_t width,
+                            float* scratch) {
+  const char* src = at_element(x, b, h, j, 0);
+  if (x.dtype == DType::kFloat32 && x.strides[3] == 1) return reinterpret_cast<const float*>(src);
+  load_f32(src, x.dtype, x.strides[3], width, scratch);
+  return scratch;
+}
+
 struct ForwardScratch {
-  std::vector<float> q, acc, m, l, kt, vb, bias, row;
+  std::vector<float> q, acc, m, l, kt, vb, bias, row, scores, probs;
   void size(int64_t rows, const Dims& d) {
     q.resize(rows * d.D);
     acc.resize(rows * d.Dv);
@@ -115,8 +172,16 @@ struct ForwardScratch {
     kt.resize(d.D * kBk);
     vb.resize(kBk * d.Dv);
     bias.resize(rows * kBk);
+    row.resize(std::max(d.D, d.Dv));
+    scores.resize(rows * kBk);
+    probs.resize(rows * kBk);
   }
 };
+
+// Below this many rows per item (decode), scores are dot products of each key
+// row read in place; above it, a transposed float32 copy of the key block
+// lets every row's scores be plain vector FMAs.
+constexpr int64_t kDirectRows = 8;
 
 void forward_item(const AttentionParams& p, const Dims& d, const View4& out, float* lse,
                   int64_t b, int64_t hk, int64_t q0, int64_t nq, ForwardScratch& s) {
@@ -131,47 +196,63 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
   std::fill(s.acc.begin(), s.acc.end(), 0.0f);
   std::fill(s.m.begin(), s.m.end(), kNegInf);
   std::fill(s.l.begin(), s.l.end(), 0.0f);
-  std::vector<char> active(rows);
+  std::vector<int64_t> active;
+  active.reserve(rows);
   const int64_t last_query = q0 + nq - 1;
-  float sc[kBk], pr[kBk];
+  const bool direct = rows < kDirectRows;
 
   for (int64_t k0 = 0; k0 < d.S; k0 += kBk) {
     if (p.causal && k0 > last_query) break;  // every later block is hidden too
     const int64_t nk = std::min(kBk, d.S - k0);
-    bool any = false;
+    active.clear();
     for (int64_t r = 0; r < rows; ++r) {
-      active[r] = bias_segment(p, b, head(r), query(r), k0, nk, &s.bias[r * kBk]);
-      any |= active[r] != 0;
+      if (bias_segment(p, b, head(r), query(r), k0, nk, &s.bias[r * kBk])) active.push_back(r);
     }
-    if (!any) continue;  // e.g. the unfilled part of a static KV cache
-    load_keys_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
-    load_rows(p.v, b, hk, k0, nk, d.Dv, s.vb.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      if (!active[r]) continue;
-      dot_block(&s.q[r * d.D], s.kt.data(), d.D, sc);
-      const float* bias = &s.bias[r * kBk];
-      float block_max = kNegInf;
-      for (int64_t j = 0; j < kBk; ++j) {
-        sc[j] = sc[j] * p.scale + bias[j];
-        block_max = std::max(block_max, sc[j]);
-      }
-      const float m_new = std::max(s.m[r], block_max);
-      if (m_new == kNegInf) continue;
-      const float corr = exp_f32(s.m[r] - m_new);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < kBk; ++j) {
-        pr[j] = exp_f32(sc[j] - m_new);
-        sum += pr[j];
-      }
-      float* acc = &s.acc[r * d.Dv];
-      if (corr != 1.0f) {
-        for (int64_t e = 0; e < d.Dv; ++e) acc[e] *= corr;
-      }
+    if (active.empty()) continue;  // e.g. the unfilled part of a static KV cache
+
+    // 1. Scores of the active rows.
+    if (direct) {
+      for (int64_t r : active) std::fill(&s.scores[r * kBk], &s.scores[r * kBk] + kBk, 0.0f);
       for (int64_t j = 0; j < nk; ++j) {
-        if (pr[j] != 0.0f) axpy(pr[j], &s.vb[j * d.Dv], acc, d.Dv);
+        const float* key = row_f32(p.k, b, hk, k0 + j, d.D, s.row.data());
+        for (int64_t r : active) s.scores[r * kBk + j] = dot(&s.q[r * d.D], key, d.D);
+      }
+    } else {
+      load_keys_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
+      for (int64_t r : active) dot_block(&s.q[r * d.D], s.kt.data(), d.D, &s.scores[r * kBk]);
+    }
+
+    // 2. Online softmax: new running max, rescaled accumulators, probabilities.
+    bool any = false;
+    for (int64_t r : active) {
+      float* sc = &s.scores[r * kBk];
+      const float m_new = std::max(s.m[r], scale_bias_max(sc, &s.bias[r * kBk], p.scale));
+      float* pr = &s.probs[r * kBk];
+      if (m_new == kNegInf) {  // the mask and the causal rule leave nothing in this block
+        std::fill(pr, pr + kBk, 0.0f);
+        continue;
+      }
+      const float corr = exp_f32(s.m[r] - m_new);
+      const float sum = exp_sum(sc, m_new, pr);
+      if (corr != 1.0f) {
+        float* acc = &s.acc[r * d.Dv];
+        for (int64_t e = 0; e < d.Dv; ++e) acc[e] *= corr;
       }
       s.l[r] = s.l[r] * corr + sum;
       s.m[r] = m_new;
+      any = true;
+    }
+    if (!any) continue;
+
+    // 3. acc += P.V, each value row read once for all rows.
+    if (!direct) load_rows(p.v, b, hk, k0, nk, d.Dv, s.vb.data());
+    for (int64_t j = 0; j < nk; ++j) {
+      const float* value = direct ? row_f32(p.v, b, hk, k0 + j, d.Dv, s.row.data())
+                                  : &s.vb[j * d.Dv];
+      for (int64_t r : active) {
+        const float pj = s.probs[r * kBk + j];
+        if (pj != 0.0f) axpy(pj, value, &s.acc[r * d.Dv], d.Dv);
+      }
     }
   }
 
