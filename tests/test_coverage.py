@@ -12,7 +12,8 @@ ROWS = [
     ("llama", "LlamaForCausalLM", "LlamaConfig", "baseline dense GQA + RoPE"),
     ("qwen2", "Qwen2ForCausalLM", "Qwen2Config", "q/k/v bias; sliding window"),
 ]
-STAGES = ["to_device", "forward", "generate_dynamic", "generate_static", "backward"]
+STAGES = ["to_device", "forward", "generate_dynamic", "generate_static", "backward",
+          "generate_padded", "sample", "forward_bf16", "sdpa_vs_eager", "pipeline"]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def test_json_records(report):
     assert [r["model_type"] for r in records] == [r[0] for r in ROWS]
     for r in records:
         for key in ("model_type", "passed", "stage", "error", "fallback_ops", "sync_ops", "wall_time_s",
-                    "peak_device_memory_bytes", "stages"):
+                    "peak_device_memory_bytes", "stages", "notes"):
             assert key in r, key
         assert r["passed"] is True, r
         assert r["stage"] == "all" and r["error"] == ""
@@ -52,6 +53,12 @@ def test_json_records(report):
         assert r["wall_time_s"] > 0 and r["peak_device_memory_bytes"] > 0
         assert list(r["stages"]) == STAGES
         assert all(r["stages"][s]["status"] == "pass" for s in STAGES), r["stages"]
+        # What the extra stages record besides pass/fail.
+        assert r["stages"]["generate_padded"]["padding_changes_cpu_tokens"] is False
+        assert isinstance(r["stages"]["sample"]["matches_cpu"], bool)
+        assert r["stages"]["forward_bf16"]["cpu_error"] > 0
+        assert r["stages"]["sdpa_vs_eager"]["sdpa_equals_eager"] is True
+        assert r["attn_implementation"] == "sdpa"
 
 
 def test_markdown_table(report):
@@ -59,8 +66,9 @@ def test_markdown_table(report):
     md = (out / "coverage.md").read_text()
     assert "2 of 2 architectures pass" in md
     header = next(line for line in md.splitlines() if line.startswith("| model_type"))
-    for column in STAGES + ["fallback ops", "error"]:
+    for column in STAGES + ["fallback ops", "notes", "error"]:
         assert column in header
+    assert "disable_compile=True" in md and "InvalidBackend" in md  # the torch.compile situation
     rows = [line for line in md.splitlines() if line.startswith(("| llama ", "| qwen2 "))]
     assert len(rows) == 2 and all("| pass |" in line for line in rows)
 
@@ -83,3 +91,20 @@ def test_one_failing_architecture_does_not_stop_the_run(tmp_path):
     assert records["nonexistent"]["passed"] is False and records["nonexistent"]["stage"] == "build"
     assert "NoSuchConfig" in records["nonexistent"]["error"]
     assert records["llama"]["passed"] is True
+
+
+def test_distinct_errors_group_across_architectures(tmp_path):
+    # Device errors name the architecture in front (hf_integration); the report groups them without it.
+    from torchneuron.coverage import report
+    from torchneuron.coverage.stages import STAGES as TOOL_STAGES
+
+    def failed(model_type, cls):
+        stages = {s: {"status": "pass"} for s in TOOL_STAGES}
+        error = (f"TypeError: {cls} (model_type '{model_type}') on neuron:0: "
+                 "empty_strided: dtype UInt32 is not supported")
+        stages["forward"] = {"status": "fail", "error": error}
+        return dict(model_type=model_type, passed=False, stage="forward", error=error, stages=stages)
+
+    records = [failed("llama", "LlamaForCausalLM"), failed("qwen2", "Qwen2ForCausalLM")]
+    md = open(report.write_markdown(records, {"device": "neuron", "new_tokens": 16}, str(tmp_path))).read()
+    assert "- 2 architectures: `TypeError: empty_strided: dtype UInt32 is not supported`" in md, md

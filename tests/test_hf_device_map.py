@@ -147,3 +147,22 @@ def test_already_imported_libraries_are_adapted(run_python):
         print("ok")
     """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert done.stdout.strip().splitlines()[-1] == "ok"
+
+
+def test_device_map_module_imported_before_torch(run_python):
+    # transformers.integrations.accelerate imports torch itself, so it is half-executed while
+    # torchneuron autoloads; its functions are adapted once it has finished.
+    done = run_python("""
+        import warnings
+        warnings.simplefilter("error")
+        import transformers.integrations.accelerate
+        import transformers.modeling_utils
+        try:
+            transformers.modeling_utils.check_and_set_device_map(0)
+        except ValueError as e:
+            assert "neuron:0" in str(e), e
+        else:
+            raise AssertionError("device_map=0 was accepted")
+        print("ok")
+    """)
+    assert done.stdout.strip().splitlines()[-1] == "ok"

@@ -5,11 +5,13 @@
 Accelerate only knows a fixed list of vendors: for an unknown device it returns
 `{"cpu": ...}` and the whole model is silently loaded on the CPU. This module
 adapts the few functions involved so that the model is placed on the neuron
-cores by their capacity, as it would be on GPUs.
+cores by their capacity, as it would be on GPUs. It also makes the device's
+errors name the model that ran into them.
 
-Adaptations (each one wraps the original function and defers to it unchanged
-unless `neuron` is PyTorch's current accelerator, i.e.
-`torch.accelerator.current_accelerator().type == "neuron"`):
+Adaptations (1-4 wrap the original function and defer to it unchanged unless
+`neuron` is PyTorch's current accelerator, i.e.
+`torch.accelerator.current_accelerator().type == "neuron"`; 5 acts only on
+models placed on a neuron device):
 
 1. `accelerate.utils.imports.is_neuron_available`
    Accelerate's device detection (`PartialState`, `dispatch_model`, seeding,
@@ -43,6 +45,33 @@ unless `neuron` is PyTorch's current accelerator, i.e.
    (`{"": 1}`) raises a ValueError naming what to use: `"neuron:0"` /
    `{"": "neuron:1"}`. Device strings and `torch.device`s pass through.
 
+5. `transformers.modeling_utils.PreTrainedModel`: errors name the architecture
+   An error of the neuron backend names the op ("[neuron] aten::mm: ...") but
+   not which model ran it. When a model lands on a neuron device
+   (`from_pretrained(..., device_map=...)`, `.to(...)`, `.neuron()`), the
+   `forward` and `generate` of its class are wrapped (once per class): an
+   exception whose message carries the backend's "[neuron]" mark is
+   re-raised with the same type, prefixed with "Qwen3ForCausalLM (model_type
+   'qwen3') on neuron:0: ", and chained to the original (`raise ... from`).
+   Errors of the placement itself (`.to`, `.neuron()`, `from_pretrained`)
+   are prefixed the same way. The success path costs one extra Python call
+   (about 0.1 us; a forward of even a tiny model takes about 1 ms); other
+   errors (CPU ones, after `model.to("cpu")`) pass through unchanged; an
+   error is prefixed once, by the outermost wrapper. The wrappers keep the
+   method's signature (`__wrapped__`), which `generate()` inspects. Being on
+   the class, they add no state to the instance: pickling, `copy.deepcopy`,
+   state dicts and `save_pretrained` are untouched, and `del model` still
+   frees the device memory at once (an instance attribute referring back to
+   the model, as Accelerate's `add_hook_to_module` sets, makes a reference
+   cycle and leaves that to the garbage collector).
+
+Checked and left alone: the allocator warm-up of `from_pretrained`
+(`transformers.modeling_utils.caching_allocator_warmup`) reserves one block of
+the model's size on CUDA/XPU devices and skips device type "neuron" (meant for
+AWS's devices), so loading onto neuron reserves what the parameters need and
+no more (tests/test_hf_loading.py checks that the peak stays below 1.5x the
+parameter bytes, also with a CUDA-style warm-up block in front of the load).
+
 How the adaptations are applied, and why this way: importing torchneuron must
 stay fast and must not import Accelerate or Transformers (importing
 Transformers takes seconds). Both libraries bind these functions by name into
@@ -53,19 +82,26 @@ runs the original loader of exactly the defining modules (listed in
 `_TARGETS`) and wraps the functions right after each module executes, before
 anything else can import them by name. The finder only installs itself if
 `accelerate` or `transformers` is findable, and costs one dict lookup per
-import. If a target module is already imported when torchneuron is (unusual:
-`import torch` autoloads torchneuron first), it is patched at once and the
-already bound copies in other loaded `accelerate` / `transformers` modules are
-replaced too. Everything is idempotent; a target function missing in some
-future version gives a warning instead of an error.
+import. Adaptation 5 patches the class `PreTrainedModel` in place (its
+`to`, `neuron` and `from_pretrained`), so it has no copies to chase. If a
+target module is already imported when torchneuron is (unusual: `import
+torch` autoloads torchneuron first), it is patched at once and the already
+bound copies in other loaded `accelerate` / `transformers` modules are
+replaced too. A target that is itself the first to import torch (e.g.
+`from transformers import PreTrainedModel` before `import torch`) is still
+half-executed then; it is patched, copies included, at the next import of
+any module after it finishes. Everything is idempotent; a target function
+missing in some future version gives a warning instead of an error.
 """
+import contextlib
+import functools
 import importlib.util
 import sys
 import warnings
 
 import torch
 
-__all__ = ["install", "neuron_is_accelerator"]
+__all__ = ["install", "name_architecture_in_errors", "neuron_is_accelerator"]
 
 _PATCHED_ATTR = "__torchneuron_patched__"
 _AUTO_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -192,6 +228,162 @@ def _wrap_check_and_set_device_map(original):
     return check_and_set_device_map
 
 
+# ------------------------------------------- errors name the architecture
+
+_NEURON_MARK = "[neuron]"  # every message of the backend carries it (csrc/runtime/NeuronException.cpp)
+_WRAPPED_ATTR = "__torchneuron_names_errors__"
+_NAMED_ATTR = "__torchneuron_named__"
+
+
+def _architecture(model, device=None):
+    """'Qwen3ForCausalLM (model_type 'qwen3') on neuron:0' (or the class of a model type)."""
+    cls = model if isinstance(model, type) else type(model)
+    config = getattr(model, "config", None) if not isinstance(model, type) else None
+    model_type = getattr(config, "model_type", None) or getattr(getattr(cls, "config_class", None), "model_type", None)
+    if device is None:
+        try:
+            device = model.device
+        except Exception:
+            device = "neuron"
+    kind = f" (model_type {model_type!r})" if model_type else ""
+    return f"{cls.__name__}{kind} on {device}"
+
+
+def _named_error(exc, model, device=None):
+    """The exception to raise instead of `exc`, or None to let `exc` through."""
+    if getattr(exc, _NAMED_ATTR, False):
+        return None
+    message = str(exc)
+    if _NEURON_MARK not in message:
+        return None
+    if message.startswith(_NEURON_MARK + " "):
+        message = message[len(_NEURON_MARK) + 1:]
+    try:
+        named = type(exc)(f"{_architecture(model, device)}: {message}")
+    except Exception:  # an exception type that takes other arguments: keep the original
+        return None
+    setattr(named, _NAMED_ATTR, True)
+    return named
+
+
+def _naming_errors(method):
+    """`method` (a function of the class) re-raising the backend's errors with the architecture named."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            named = _named_error(exc, self)
+            if named is None:
+                raise
+            raise named from exc
+
+    setattr(wrapper, _WRAPPED_ATTR, True)
+    return wrapper
+
+
+def name_architecture_in_errors(model):
+    """Wraps `forward` and `generate` of the model's class so that errors of the
+    neuron backend name the architecture (idempotent; see adaptation 5)."""
+    cls = type(model)
+    if cls.__dict__.get(_WRAPPED_ATTR, False):
+        return model
+    # On the class, not the instance: an instance attribute referring back to the model
+    # would make a reference cycle, and `del model` would no longer free device memory.
+    for name in ("forward", "generate"):
+        method = getattr(cls, name, None)
+        if method is not None and not getattr(method, _WRAPPED_ATTR, False):
+            setattr(cls, name, _naming_errors(method))
+    setattr(cls, _WRAPPED_ATTR, True)
+    return model
+
+
+def _on_neuron(model):
+    return any(p.device.type == "neuron" for p in model.parameters())
+
+
+def _neuron_device(device):
+    """"neuron", "neuron:1" for `.neuron(device)`'s argument (None, an index or a device)."""
+    if device is None:
+        return "neuron"
+    return f"neuron:{device}" if isinstance(device, int) else str(device)
+
+
+def _target_device(args, kwargs):
+    try:
+        device = torch._C._nn._parse_to(*args, **kwargs)[0]
+    except Exception:
+        return None
+    return device if device is not None and device.type == "neuron" else None
+
+
+def _patch_pretrained_model(module):
+    cls = getattr(module, "PreTrainedModel", None)
+    if cls is None:
+        warnings.warn(
+            f"torchneuron: {module.__name__}.PreTrainedModel not found; errors on the neuron device will not "
+            "name the architecture with this version.",
+            stacklevel=2,
+        )
+        return
+    if cls.__dict__.get(_PATCHED_ATTR, False):
+        return
+    original_to = cls.to
+
+    @functools.wraps(original_to)
+    def to(self, *args, **kwargs):
+        device = _target_device(args, kwargs)
+        if device is None:
+            return original_to(self, *args, **kwargs)
+        try:
+            result = original_to(self, *args, **kwargs)
+        except Exception as exc:
+            named = _named_error(exc, self, device)
+            if named is None:
+                raise
+            raise named from exc
+        return name_architecture_in_errors(result)
+
+    cls.to = to
+
+    original_neuron = getattr(cls, "neuron", None)  # generated by torch for the renamed backend
+    if original_neuron is not None:
+
+        @functools.wraps(original_neuron)
+        def neuron(self, *args, **kwargs):
+            try:
+                result = original_neuron(self, *args, **kwargs)
+            except Exception as exc:
+                named = _named_error(exc, self, _neuron_device(args[0] if args else kwargs.get("device")))
+                if named is None:
+                    raise
+                raise named from exc
+            return name_architecture_in_errors(result)
+
+        cls.neuron = neuron
+
+    original_from_pretrained = cls.__dict__["from_pretrained"].__func__
+
+    @functools.wraps(original_from_pretrained)
+    def from_pretrained(klass, *args, **kwargs):
+        try:
+            result = original_from_pretrained(klass, *args, **kwargs)
+        except Exception as exc:
+            device_map = kwargs.get("device_map")
+            named = _named_error(exc, klass, device_map if isinstance(device_map, (str, torch.device)) else "neuron")
+            if named is None:
+                raise
+            raise named from exc
+        model = result[0] if isinstance(result, tuple) else result
+        if isinstance(model, torch.nn.Module) and _on_neuron(model):
+            name_architecture_in_errors(model)
+        return result
+
+    cls.from_pretrained = classmethod(from_pretrained)
+    setattr(cls, _PATCHED_ATTR, True)
+
+
 # ------------------------------------------------------------ installation
 
 # module name -> [(function name, wrapper factory(original, module))]
@@ -205,7 +397,39 @@ _TARGETS = {
 }
 
 
-def _patch_module(module, rebind_copies=False):
+# module name -> [patch(module)]: classes patched in place
+_CLASS_PATCHES = {
+    "transformers.modeling_utils": [_patch_pretrained_model],
+}
+_WATCHED = set(_TARGETS) | set(_CLASS_PATCHES)
+
+
+# Target modules found half-executed by install(): patched once they finish.
+_pending = set()
+
+
+def _initializing(module):
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+def _patch_pending():
+    for name in list(_pending):
+        module = sys.modules.get(name)
+        if module is None:
+            _pending.discard(name)
+        elif not _initializing(module):
+            _pending.discard(name)
+            _patch_module(module, rebind_copies=True)
+
+
+def _patch_module(module, rebind_copies=False, force=False):
+    if not force and _initializing(module):
+        # A target that imports torch first (`from transformers import PreTrainedModel` before
+        # `import torch`) is half-executed while torchneuron autoloads: its names do not exist yet.
+        _pending.add(module.__name__)
+        return
+    for patch in _CLASS_PATCHES.get(module.__name__, ()):
+        patch(module)
     for name, factory in _TARGETS.get(module.__name__, ()):
         original = getattr(module, name, None)
         if original is None:
@@ -244,7 +468,9 @@ class _PatchOnImport:
     wraps their loader so that the patches apply right after execution."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in _TARGETS:
+        if _pending:
+            _patch_pending()
+        if fullname not in _WATCHED:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -261,7 +487,8 @@ class _PatchOnImport:
 
         def exec_module(module):
             original_exec(module)
-            _patch_module(module)
+            # Not yet marked finished here (importlib does that after exec_module returns).
+            _patch_module(module, force=True)
 
         loader.exec_module = exec_module  # loaders are per-spec instances
         return spec
@@ -276,7 +503,7 @@ def install():
         return
     if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _finder)
-    for name in _TARGETS:
+    for name in _WATCHED:
         module = sys.modules.get(name)
         if module is not None:
             _patch_module(module, rebind_copies=True)

@@ -2,9 +2,10 @@
 
 Builds a tiny random model of each architecture in a list, runs it on CPU and on
 the device with identical weights, and compares forward logits, greedy generation
-with the dynamic and the static cache, and gradients. See `cli` for the command
-line (`python -m torchneuron.coverage --list FILE --out DIR`), `tiny_configs` for
-the configurations and `stages` for what is compared.
+with the dynamic and the static cache, gradients, a left-padded batch, sampling,
+bfloat16 logits, sdpa against eager attention and the text-generation pipeline.
+See `cli` for the command line (`python -m torchneuron.coverage --list FILE --out
+DIR`), `tiny_configs` for the configurations and `stages` for what is compared.
 """
 
 

@@ -124,6 +124,7 @@ def summary_line(rec, seconds):
     na = [s for s, v in rec.get("stages", {}).items() if v.get("status") == "n/a"]
     if na:
         extra.append("n/a " + ",".join(na))
+    extra += rec.get("notes") or []
     return f"{status} ({seconds:.1f} s{'; ' + '; '.join(extra) if extra else ''})"
 
 

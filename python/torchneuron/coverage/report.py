@@ -1,8 +1,9 @@
 """coverage.json and coverage.md."""
 import json
 import os
+import re
 
-from .stages import STAGES
+from .stages import EXTRA_TOKENS, PADDED_LENGTHS, STAGES
 
 STATUS_MARK = {"pass": "pass", "fail": "FAIL", "n/a": "n/a", "not run": "-"}
 
@@ -45,8 +46,13 @@ def _mib(n):
     return "" if n is None else f"{n / 2**20:.1f}"
 
 
+# "Qwen3ForCausalLM (model_type 'qwen3') on neuron:0: " in front of device errors (hf_integration).
+_ARCH_PREFIX = re.compile(r"\w+ \(model_type '[^']*'\) on neuron(:\d+)?: ")
+
+
 def _error_key(error):
-    """An error message without the parts that name one model's parameters."""
+    """An error message without the parts that name one model's parameters or architecture."""
+    error = _ARCH_PREFIX.sub("", error, count=1)
     key = error.split(" untied shared parameters:")[0] + (" untied shared parameters" if "untied" in error else "")
     return key.split("; first at row")[0][:200]
 
@@ -67,10 +73,25 @@ def write_markdown(records, meta, out_dir):
         "`to_device` (shared parameters stay shared through `model.to(device)`; the device model is re-tied "
         "after a failure so that the later stages still compare the same computation), "
         "`forward` logits (float32 tolerances), greedy generation of "
-        f"{meta.get('new_tokens')} tokens with the dynamic and the static cache (tokens equal; eager, "
-        "`disable_compile=True`), and parameter gradients of the LM loss (`backward`). Fallback ops ran through "
-        "the copy-to-CPU path during forward and generation; sync ops ran on the synchronous path during a "
-        "second, warm generation.",
+        f"{meta.get('new_tokens')} tokens with the dynamic and the static cache (tokens equal), and parameter "
+        "gradients of the LM loss (`backward`). Then, with "
+        f"{EXTRA_TOKENS} new tokens: `generate_padded` (a batch left-padded to rows of "
+        f"{'/'.join(str(n) for n in PADDED_LENGTHS)} tokens: tokens equal CPU's, and each row alone gives its "
+        "batch tokens on the device wherever it does on CPU), `sample` (sampling under `torch.manual_seed`: "
+        "the same seed gives the same valid tokens twice on the device; the device has its own generator, so "
+        "equality with CPU is only noted), `forward_bf16` (bfloat16 logits at most twice as far from the "
+        "float32 model's as CPU's bfloat16 logits with either attention implementation, plus the float32 "
+        "tolerance), `sdpa_vs_eager` (models whose "
+        "attention defaults to `sdpa`: the padded batch with `sdpa` and with `eager` attention each gives "
+        "CPU's tokens) and `pipeline` (`pipeline(\"text-generation\", ..., device=...)` with a word-level "
+        "tokenizer, two prompts in one left-padded batch: texts equal). A stage after `backward` whose CPU "
+        "run fails is not applicable. Fallback ops ran through the copy-to-CPU path during forward and "
+        "generation; sync ops ran on the synchronous path during a second, warm generation.",
+        "",
+        "Generation passes `disable_compile=True`. On a `neuron` model Transformers would `torch.compile` "
+        "static-cache decoding with the Dynamo backend `\"neuron\"`, which does not exist yet, and "
+        "`generate(cache_implementation=\"static\")` without it fails with torch's `InvalidBackend` error; "
+        "users pass `disable_compile=True` too until the backend exists.",
         "",
         "| stage | pass | fail | n/a | not run |",
         "| --- | --- | --- | --- | --- |",
@@ -82,8 +103,8 @@ def write_markdown(records, meta, out_dir):
     lines += [
         "",
         "| model_type | result | first failure | " + " | ".join(STAGES)
-        + " | fallback ops | sync ops (warm) | wall s | peak MiB | error |",
-        "| --- | --- | --- | " + " | ".join("---" for _ in STAGES) + " | --- | --- | --- | --- | --- |",
+        + " | fallback ops | sync ops (warm) | notes | wall s | peak MiB | error |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in STAGES) + " | --- | --- | --- | --- | --- | --- |",
     ]
     for r in records:
         stages = r.get("stages", {})
@@ -95,6 +116,7 @@ def write_markdown(records, meta, out_dir):
             "| " + " | ".join([
                 _cell(r.get("model_type")), "pass" if r.get("passed") else "FAIL",
                 "" if r.get("passed") else _cell(r.get("stage")), *marks, _cell(fallback, 120), _cell(sync, 160),
+                _cell("; ".join(r.get("notes") or []), 160),
                 "" if wall is None else f"{wall:.1f}", _mib(r.get("peak_device_memory_bytes")),
                 _cell(r.get("error", ""), 200),
             ]) + " |"

@@ -9,18 +9,38 @@ the device, and compares:
 - generate_static: the same with `cache_implementation="static"` (tokens equal); not
   applicable where the model takes no Cache instances (Transformers'
   `_supports_default_dynamic_cache()`) or the CPU run itself fails;
-- backward: gradients of the language-modelling loss for every parameter.
+- backward: gradients of the language-modelling loss for every parameter;
+- generate_padded: greedy decoding of EXTRA_TOKENS tokens for a left-padded batch
+  (rows of PADDED_LENGTHS tokens): tokens equal CPU's, and each row generated
+  alone on the device gives that row's tokens, wherever it does on CPU (where it
+  does not, e.g. in RWKV, which ignores the attention mask, a note says so);
+- sample: sampling under `torch.manual_seed`: the same seed gives the same
+  tokens twice on the device, and they are in the vocabulary. The device has its
+  own generator, so equality with CPU's tokens is only recorded (`matches_cpu`);
+- forward_bf16: the model in bfloat16 on both sides; the device's logits must be
+  about as close to the float32 model's as CPU's: at most twice CPU's largest
+  error (with its default attention or, for sdpa models, eager attention,
+  whichever is larger), plus the float32 tolerance. The device may round
+  differently (it has its own attention kernel), and in mixture-of-experts
+  models a rounding difference can pick another expert, on CPU as well;
+- sdpa_vs_eager: for models whose attention defaults to "sdpa", greedy tokens of
+  the padded batch with "sdpa" and with "eager" attention each equal CPU's, so the
+  two agree on the device wherever they agree on CPU; not applicable otherwise;
+- pipeline: `pipeline("text-generation", model=..., tokenizer=..., device=...)`
+  with a word-level tokenizer over the tiny vocabulary, a left-padded batch of two
+  prompts: generated texts equal CPU's.
 
 Before them, `to_device` checks that `model.to(device)` keeps shared (tied)
 parameters shared; where it does not, the device model is re-tied so that the
 other stages still compare the same computation.
 
 A stage whose CPU reference fails is a failure of the setup, not of the device,
-and says so ("cpu reference: ..."), except generate_static, which then becomes
-not applicable. Generation runs with `disable_compile=True`: with a static cache
-on a `neuron` device Transformers would otherwise `torch.compile` the decoding
-step with a Dynamo backend named "neuron", and this tool measures the eager
-backend.
+and says so ("cpu reference: ..."), except generate_static and the stages after
+backward, which then become not applicable. Generation runs with
+`disable_compile=True`: with a static cache on a `neuron` device Transformers
+(5.x) `torch.compile`s the decoding step with the Dynamo backend "neuron"
+(`PreTrainedModel._default_compile_config`), which does not exist yet, so without
+it static-cache generation fails with torch's InvalidBackend error.
 """
 import contextlib
 import copy
@@ -39,9 +59,15 @@ import torch  # noqa: E402
 
 from .tiny_configs import PAD, VOCAB, build_config, check_config  # noqa: E402
 
-STAGES = ("to_device", "forward", "generate_dynamic", "generate_static", "backward")
+STAGES = (
+    "to_device", "forward", "generate_dynamic", "generate_static", "backward",
+    "generate_padded", "sample", "forward_bf16", "sdpa_vs_eager", "pipeline",
+)
 NEW_TOKENS = 16
+EXTRA_TOKENS = 8  # for the stages after backward: shorter, to keep each architecture quick
 BATCH, SEQ = 2, 8
+PADDED_LENGTHS = (SEQ, SEQ - 3, SEQ - 6)
+PROMPTS = ("t10 t20 t30 t40 t50 t60", "t70 t80 t90")
 SEED = 0
 # Gradients add up many products: a little looser than the float32 defaults.
 GRAD_TOL = dict(rtol=1e-4, atol=1e-5)
@@ -127,6 +153,40 @@ def make_inputs(seed=SEED):
     return ids, torch.ones_like(ids)
 
 
+def make_padded_inputs(seed=SEED + 1):
+    """(rows, ids, mask): rows of PADDED_LENGTHS tokens, left-padded with PAD."""
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.randint(PAD + 3, VOCAB, (n,), generator=g) for n in PADDED_LENGTHS]
+    ids = torch.full((len(rows), SEQ), PAD, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, SEQ - len(row):] = row
+        mask[i, SEQ - len(row):] = 1
+    return rows, ids, mask
+
+
+_tokenizer = None
+
+
+def tokenizer():
+    """A word-level tokenizer over the tiny vocabulary ("<pad>" "<s>" "</s>" "<unk>" "t4" ... "t255"),
+    built in memory: the coverage run downloads nothing."""
+    global _tokenizer
+    if _tokenizer is None:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+        from transformers import PreTrainedTokenizerFast
+
+        words = ["<pad>", "<s>", "</s>", "<unk>"] + [f"t{i}" for i in range(4, VOCAB)]
+        tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tok.decoder = decoders.WordPiece(prefix="##")
+        _tokenizer = PreTrainedTokenizerFast(
+            tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+            padding_side="left",
+        )
+    return _tokenizer
+
+
 def max_abs_diff(a, b):
     a, b = a.detach().float().cpu(), b.detach().float().cpu()
     if a.shape != b.shape:
@@ -158,9 +218,136 @@ def generate_kwargs(model, static):
     return kwargs
 
 
-def stage_generate(model, ids, mask, static):
+def stage_generate(model, ids, mask, static, **overrides):
+    kwargs = {**generate_kwargs(model, static), **overrides}
     with torch.no_grad():
-        return model.generate(input_ids=ids, attention_mask=mask, **generate_kwargs(model, static)).detach()
+        return model.generate(input_ids=ids, attention_mask=mask, **kwargs).detach()
+
+
+def extra_generate(model, ids, mask, **overrides):
+    """Greedy (unless overridden) decoding of EXTRA_TOKENS tokens with the dynamic cache."""
+    device = model.device
+    return stage_generate(model, ids.to(device), mask.to(device), False,
+                          max_new_tokens=EXTRA_TOKENS, min_new_tokens=EXTRA_TOKENS, **overrides).cpu()
+
+
+def stage_padded(model, padded):
+    rows, ids, mask = padded
+    batch = extra_generate(model, ids, mask)
+    alone = [extra_generate(model, row[None], torch.ones_like(row[None])) for row in rows]
+    return batch, alone
+
+
+def compare_padded(ref, got):
+    (ref_batch, ref_alone), (batch, alone) = ref, got
+    compare_tokens(ref_batch, batch)
+    # Rows alone vs the padded batch, on the device, wherever CPU's agree.
+    cpu_agrees = [torch.equal(ref_batch[i, -EXTRA_TOKENS:], a[0, -EXTRA_TOKENS:]) for i, a in enumerate(ref_alone)]
+    for i, a in enumerate(alone):
+        own, in_batch = a[0, -EXTRA_TOKENS:], batch[i, -EXTRA_TOKENS:]
+        if cpu_agrees[i] and not torch.equal(own, in_batch):
+            raise AssertionError(f"row {i} generated alone differs from its padded-batch tokens on the device "
+                                 f"(equal on CPU): {own.tolist()} vs {in_batch.tolist()}")
+    return 0.0, {"padding_changes_cpu_tokens": not all(cpu_agrees)}
+
+
+def stage_sample(model, ids, mask, twice):
+    def once():
+        torch.manual_seed(SEED)
+        return extra_generate(model, ids, mask, do_sample=True)
+
+    return (once(), once()) if twice else once()
+
+
+def compare_sample(vocab):
+    def compare(ref, got):
+        first, second = got
+        if ref.shape != first.shape:
+            raise AssertionError(f"sampled shapes differ: cpu {tuple(ref.shape)} vs device {tuple(first.shape)}")
+        if not torch.equal(first, second):
+            raise AssertionError("the same seed sampled different tokens on the device: "
+                                 f"{first[:, SEQ:].tolist()} vs {second[:, SEQ:].tolist()}")
+        new = first[:, SEQ:]
+        if new.numel() and (int(new.min()) < 0 or int(new.max()) >= vocab):
+            raise AssertionError(f"sampled tokens outside the vocabulary of {vocab}: {new.tolist()}")
+        return 0.0, {"matches_cpu": bool(torch.equal(ref, first))}
+
+    return compare
+
+
+def compare_bf16(ref, got):
+    ref_bf16, exact, ref_eager = ref
+    got = got.cpu()
+    if got.dtype != ref_bf16.dtype:  # bfloat16, or float32 for models that upcast their logits
+        raise AssertionError(f"device logits are {got.dtype}, CPU's {ref_bf16.dtype}")
+    device_error, cpu_error = max_abs_diff(exact, got), max_abs_diff(exact, ref_bf16)
+    extra = {"cpu_error": cpu_error}
+    # CPU's bfloat16 error with either attention: a router that picks experts by comparing
+    # scores (phimoe) turns a rounding difference into a different expert on CPU as well.
+    noise = cpu_error
+    if ref_eager is not None:
+        extra["cpu_eager_error"] = max_abs_diff(exact, ref_eager)
+        noise = max(noise, extra["cpu_eager_error"])
+    # Twice that, plus the float32 tolerance of the forward stage.
+    limit = 2 * noise + 1e-5
+    if not device_error <= limit:
+        raise AssertionError(f"bfloat16 logits on the device are {device_error:.3g} from the float32 model's, "
+                             f"CPU's are {cpu_error:.3g} (limit {limit:.3g})")
+    return device_error, extra
+
+
+def compare_sdpa_eager(ref, got):
+    (ref_sdpa, ref_eager), (sdpa, eager) = ref, got
+    try:
+        compare_tokens(ref_eager, eager)
+    except AssertionError as e:
+        raise AssertionError(f"eager: {e}") from None
+    try:
+        compare_tokens(ref_sdpa, sdpa)
+    except AssertionError as e:
+        raise AssertionError(f"sdpa: {e}") from None
+    return 0.0, {"sdpa_equals_eager": bool(torch.equal(sdpa, eager)),
+                 "cpu_sdpa_equals_eager": bool(torch.equal(ref_sdpa, ref_eager))}
+
+
+def sdpa_not_applicable(model):
+    if not getattr(model, "_supports_sdpa", False):
+        return f"{type(model).__name__} has no sdpa attention"
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl != "sdpa":
+        return f"attention defaults to {impl!r}, not 'sdpa'"
+    return None
+
+
+def eager_copy(model):
+    copied = copy.deepcopy(model)
+    copied.set_attn_implementation("eager")
+    return copied
+
+
+def stage_sdpa_eager(model, padded):
+    _, ids, mask = padded
+    return extra_generate(model, ids, mask), extra_generate(eager_copy(model), ids, mask)
+
+
+def stage_pipeline(model, device):
+    from transformers import pipeline
+
+    pipe = pipeline("text-generation", model=model, tokenizer=tokenizer(), device=device)
+    if pipe.model.device.type != torch.device(device).type:
+        raise AssertionError(f"the pipeline runs on {pipe.model.device}, not {device}")
+    out = pipe(list(PROMPTS), batch_size=len(PROMPTS), max_new_tokens=EXTRA_TOKENS, min_new_tokens=EXTRA_TOKENS,
+               do_sample=False)
+    return [o[0]["generated_text"] for o in out]
+
+
+def compare_texts(ref, got):
+    for i, (a, b) in enumerate(zip(ref, got)):
+        if a != b:
+            raise AssertionError(f"prompt {i}: cpu {a!r} vs device {b!r}")
+    if len(ref) != len(got):
+        raise AssertionError(f"{len(ref)} texts on cpu, {len(got)} on the device")
+    return 0.0
 
 
 def stage_backward(model, ids, mask):
@@ -287,7 +474,7 @@ class Recorder:
             model_type=row["model_type"], causal_lm_class=row["causal_lm_class"], config_class=row["config_class"],
             passed=False, stage="build", error="", current_stage="build",
             stages={s: {"status": "not run"} for s in STAGES},
-            fallback_ops=[], backward_fallback_ops=[], sync_ops={}, warm_generate_ops={},
+            fallback_ops=[], backward_fallback_ops=[], sync_ops={}, warm_generate_ops={}, notes=[],
             wall_time_s=None, peak_device_memory_bytes=None, num_parameters=None, attn_implementation=None,
             config={},
         )
@@ -325,7 +512,10 @@ def run_stage(rec, name, cpu_fn, dev_fn, compare, device, timeout, na_on_cpu_err
             got = dev_fn()
             sync_device(device)
             diff = compare(ref, got)
-        info.update(status="pass", max_abs_diff=diff)
+        extra = {}
+        if isinstance(diff, tuple):
+            diff, extra = diff
+        info.update(status="pass", max_abs_diff=diff, **extra)
         return got
     except NotApplicable as e:
         info.update(status="n/a", reason=str(e))
@@ -337,6 +527,64 @@ def run_stage(rec, name, cpu_fn, dev_fn, compare, device, timeout, na_on_cpu_err
         info["seconds"] = round(time.perf_counter() - t0, 3)
         rec.save()
     return None
+
+
+def run_extra_stages(rec, cpu_model, dev_model, device, timeout):
+    """generate_padded, sample, forward_bf16, sdpa_vs_eager and pipeline (a CPU failure makes each n/a)."""
+    r = rec.record
+    padded = make_padded_inputs()
+    ids, mask = make_inputs()
+    text = cpu_model.config.get_text_config(decoder=True) if hasattr(cpu_model.config, "get_text_config") else None
+    vocab = getattr(text or cpu_model.config, "vocab_size", None) or VOCAB
+    run_stage(
+        rec, "generate_padded", lambda: stage_padded(cpu_model, padded), lambda: stage_padded(dev_model, padded),
+        compare_padded, device, timeout, na_on_cpu_error=True,
+    )
+    run_stage(
+        rec, "sample", lambda: stage_sample(cpu_model, ids, mask, False),
+        lambda: stage_sample(dev_model, ids, mask, True), compare_sample(vocab), device, timeout,
+        na_on_cpu_error=True,
+    )
+    bf16 = {}
+
+    def cpu_bf16():
+        bf16["cpu"] = copy.deepcopy(cpu_model).to(torch.bfloat16)
+        eager = None if sdpa_not_applicable(cpu_model) else stage_forward(eager_copy(bf16["cpu"]), ids, mask)
+        return stage_forward(bf16["cpu"], ids, mask), stage_forward(cpu_model, ids, mask), eager
+
+    def dev_bf16():
+        model, _ = move_to_device(bf16["cpu"], device)
+        return stage_forward(model, ids.to(device), mask.to(device))
+
+    run_stage(rec, "forward_bf16", cpu_bf16, dev_bf16, compare_bf16, device, timeout, na_on_cpu_error=True)
+    bf16.clear()
+
+    reason = sdpa_not_applicable(cpu_model)
+    if reason:
+        rec.start("sdpa_vs_eager")
+        r["stages"]["sdpa_vs_eager"] = {"status": "n/a", "reason": reason}
+    else:
+        run_stage(
+            rec, "sdpa_vs_eager", lambda: stage_sdpa_eager(cpu_model, padded),
+            lambda: stage_sdpa_eager(dev_model, padded), compare_sdpa_eager, device, timeout, na_on_cpu_error=True,
+        )
+    # Last: the pipeline may change the models' generation configs.
+    run_stage(
+        rec, "pipeline", lambda: stage_pipeline(cpu_model, "cpu"), lambda: stage_pipeline(dev_model, device),
+        compare_texts, device, timeout, na_on_cpu_error=True,
+    )
+
+
+def notes(stages):
+    """What passing stages found worth knowing (informational, never a failure)."""
+    out = []
+    if stages.get("generate_padded", {}).get("padding_changes_cpu_tokens"):
+        out.append("left padding changes the tokens on CPU too")
+    if stages.get("sample", {}).get("matches_cpu") is False:
+        out.append("sampled tokens differ from CPU's under the same seed")
+    if stages.get("sdpa_vs_eager", {}).get("cpu_sdpa_equals_eager") is False:
+        out.append("sdpa and eager tokens differ on CPU too")
+    return out
 
 
 def run_architecture(row, device="neuron", stage_timeout=300.0, result_path=None, progress=None):
@@ -423,9 +671,16 @@ def run_architecture(row, device="neuron", stage_timeout=300.0, result_path=None
         rec, "backward", lambda: stage_backward(cpu_model, ids, mask),
         lambda: stage_backward(dev_model, dev_ids, dev_mask), compare_grads, device, stage_timeout,
     )
+    snap2 = ops_snapshot() if on_neuron else {}
+    r["backward_fallback_ops"] = sorted(ops_delta(snap1, snap2, "cpu_copy"))
+    for m in (cpu_model, dev_model):
+        m.zero_grad(set_to_none=True)
+
+    run_extra_stages(rec, cpu_model, dev_model, device, stage_timeout)
     if on_neuron:
-        r["backward_fallback_ops"] = sorted(ops_delta(snap1, ops_snapshot(), "cpu_copy"))
+        r["fallback_ops"] = sorted(set(r["fallback_ops"]) | set(ops_delta(snap2, ops_snapshot(), "cpu_copy")))
         r["peak_device_memory_bytes"] = int(torch.neuron.max_memory_allocated())
+    r["notes"] = notes(r["stages"])
 
     failed = [s for s in STAGES if r["stages"][s]["status"] == "fail"]
     r["passed"] = not failed
