@@ -192,6 +192,14 @@ def test_hugging_face_generation_uses_the_kernel():
                                       eos_token_id=2, attn_implementation="sdpa")
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
+    # hf_integration lets masked attention keep grouped key/value heads on
+    # neuron (no repeat_kv copy of the cache per layer and step)
+    from transformers.integrations import sdpa_attention
+    mask4d = torch.ones(1, 1, 3, 3, dtype=torch.bool)
+    key = torch.randn(1, 2, 3, 8)
+    assert sdpa_attention.use_gqa_in_sdpa(mask4d.to(D), key.to(D), key.to(D)) is True
+    assert sdpa_attention.use_gqa_in_sdpa(mask4d, key, key) is sdpa_attention.use_gqa_in_sdpa.__wrapped__(
+        mask4d, key, key)
     ids = torch.tensor([[5, 6, 7, 8, 9], [0, 0, 7, 8, 9]])
     mask = (ids != 0).long()
     kw = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)

@@ -11,7 +11,7 @@ errors name the model that ran into them.
 Adaptations (1-4 wrap the original function and defer to it unchanged unless
 `neuron` is PyTorch's current accelerator, i.e.
 `torch.accelerator.current_accelerator().type == "neuron"`; 5 acts only on
-models placed on a neuron device):
+models placed on a neuron device, 6 only on tensors on a neuron device):
 
 1. `accelerate.utils.imports.is_neuron_available`
    Accelerate's device detection (`PartialState`, `dispatch_model`, seeding,
@@ -64,6 +64,15 @@ models placed on a neuron device):
    frees the device memory at once (an instance attribute referring back to
    the model, as Accelerate's `add_hook_to_module` sets, makes a reference
    cycle and leaves that to the garbage collector).
+
+6. `transformers.integrations.sdpa_attention.use_gqa_in_sdpa`
+   Decides whether SDPA receives grouped key/value heads (`enable_gqa=True`)
+   or copies made by `repeat_kv`. Transformers allows grouping only where a
+   kernel supports it (on CUDA only without a mask), so with a padding or
+   static-cache mask every layer copies its whole key/value cache every
+   decode step. The neuron attention kernel groups heads itself under any
+   mask, so for keys on neuron the wrapper answers True; elsewhere the
+   original decides.
 
 Checked and left alone: the allocator warm-up of `from_pretrained`
 (`transformers.modeling_utils.caching_allocator_warmup`) reserves one block of
@@ -384,6 +393,15 @@ def _patch_pretrained_model(module):
     setattr(cls, _PATCHED_ATTR, True)
 
 
+def _wrap_use_gqa_in_sdpa(original):
+    def use_gqa_in_sdpa(attention_mask, key, *args, **kwargs):
+        if key.device.type == "neuron":
+            return True  # the neuron attention kernel groups heads itself, under any mask
+        return original(attention_mask, key, *args, **kwargs)
+
+    return use_gqa_in_sdpa
+
+
 # ------------------------------------------------------------ installation
 
 # module name -> [(function name, wrapper factory(original, module))]
@@ -393,6 +411,9 @@ _TARGETS = {
     "transformers.integrations.accelerate": [
         ("check_and_set_device_map", lambda f, m: _wrap_check_and_set_device_map(f)),
         ("_get_device_map", lambda f, m: _wrap_get_device_map(f)),
+    ],
+    "transformers.integrations.sdpa_attention": [
+        ("use_gqa_in_sdpa", lambda f, m: _wrap_use_gqa_in_sdpa(f)),
     ],
 }
 
@@ -434,8 +455,8 @@ def _patch_module(module, rebind_copies=False, force=False):
         original = getattr(module, name, None)
         if original is None:
             warnings.warn(
-                f"torchneuron: {module.__name__}.{name} not found; device_map support for the neuron "
-                "device may be incomplete with this version.",
+                f"torchneuron: {module.__name__}.{name} not found; its adaptation to the neuron "
+                "device (torchneuron.hf_integration) is skipped with this version.",
                 stacklevel=2,
             )
             continue
