@@ -3,13 +3,17 @@
 // Raw segments come from nrtMalloc and are carved into blocks; freed blocks
 // go back to a per-device, per-size-class pool keyed by (stream, size, ptr)
 // and are reused by later requests on the same stream, splitting big blocks
-// and merging free neighbours. A block used by other streams (record_stream)
+// and merging free neighbours. Sizes follow CUDA's rules: every request
+// rounds up to 512 B; small ones (<= 1 MiB) share 2 MiB segments, mid-size
+// ones (< 10 MiB) share 20 MiB segments, bigger ones get their own segment
+// rounded up to 2 MiB. A block used by other streams (record_stream)
 // is only recycled once an event recorded on each of those streams at free()
 // time has completed. One mutex per device; free() may run on worker threads
 // (a task dropping the last reference to a buffer), so the mutex is never
 // held while waiting for a stream.
 #include <algorithm>
 #include <cinttypes>
+#include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <set>
@@ -25,10 +29,14 @@
 namespace neuronrt {
 namespace {
 
-constexpr size_t kMinBlockSize = 512;               // small-pool rounding
+constexpr size_t kMinBlockSize = 512;               // rounding of every request
 constexpr size_t kSmallSize = size_t{1} << 20;      // largest small request
 constexpr size_t kSmallBuffer = size_t{2} << 20;    // small-pool segment size
-constexpr size_t kLargeRound = size_t{2} << 20;     // large-pool rounding
+constexpr size_t kLargeBuffer = size_t{20} << 20;   // shared segment for mid-size requests
+constexpr size_t kMinLargeAlloc = size_t{10} << 20; // from here a request gets its own segment
+constexpr size_t kRoundLarge = size_t{2} << 20;     // rounding of such own segments
+// Larger requests cannot be rounded without overflow; no device holds them.
+constexpr size_t kMaxRequest = SIZE_MAX / 2;
 
 struct Pool;
 
@@ -93,11 +101,16 @@ void bump(DeviceStats& st, bool small, Stat PoolStats::*field, int64_t delta) {
 
 int64_t i64(size_t n) { return static_cast<int64_t>(n); }
 
-size_t round_size(size_t size) {
-  if (size <= kSmallSize) {
-    return std::max(kMinBlockSize, (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize);
-  }
-  return (size + kLargeRound - 1) / kLargeRound * kLargeRound;
+size_t round_up(size_t size, size_t unit) { return (size + unit - 1) / unit * unit; }
+
+// The block size a request occupies (what allocated_bytes counts).
+size_t round_size(size_t size) { return round_up(std::max(size, kMinBlockSize), kMinBlockSize); }
+
+// The size of a new segment for a request of `size` bytes.
+size_t segment_size(size_t size) {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return round_up(size, kRoundLarge);
 }
 
 bool should_split(bool small, size_t remaining) {
@@ -304,19 +317,32 @@ void* CachingAllocator::allocate(size_t size, int device, nrtStream_t stream) {
     throw Error(nrtErrorInvalidValue, buf);
   }
   DeviceAlloc& da = impl_->at(device);
+  std::unique_lock<std::mutex> lock(da.mu);
+  if (size > kMaxRequest) impl_->throw_oom(da, size);
   const size_t rounded = round_size(size);
   Pool& pool = size <= kSmallSize ? da.small : da.large;
-  const size_t segment = pool.small ? kSmallBuffer : rounded;
+  const size_t segment = segment_size(size);
+  // A large segment bigger than the request (20 MiB shared, or rounded up to
+  // 2 MiB) only saves later nrtMalloc calls. When the device has room for the
+  // request but not for that segment, the request gets a segment of its own
+  // size instead of an out-of-memory error or a cache flush (CUDA would
+  // report out of memory here).
+  auto grow = [&]() -> Block* {
+    Block* nb = impl_->new_segment(da, pool, stream, segment);
+    if (nb == nullptr && !pool.small && segment > rounded) {
+      nb = impl_->new_segment(da, pool, stream, rounded);
+    }
+    return nb;
+  };
 
-  std::unique_lock<std::mutex> lock(da.mu);
   impl_->process_events(da);
   Block* b = impl_->take_free_block(da, pool, stream, rounded);
-  if (b == nullptr) b = impl_->new_segment(da, pool, stream, segment);
+  if (b == nullptr) b = grow();
   if (b == nullptr) {
     // The device is full: hand cached, unused segments back and retry.
     ++da.stats.num_alloc_retries;
     impl_->release_cached(da);
-    b = impl_->new_segment(da, pool, stream, segment);
+    b = grow();
   }
   if (b == nullptr && !on_worker_thread()) {
     // Queued work may be about to free memory (or to finish with blocks
@@ -329,7 +355,7 @@ void* CachingAllocator::allocate(size_t size, int device, nrtStream_t stream) {
     b = impl_->take_free_block(da, pool, stream, rounded);
     if (b == nullptr) {
       impl_->release_cached(da);
-      b = impl_->new_segment(da, pool, stream, segment);
+      b = grow();
     }
   }
   if (b == nullptr) impl_->throw_oom(da, size);

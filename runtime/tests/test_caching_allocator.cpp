@@ -1,7 +1,9 @@
 // The caching allocator: reuse, split/merge, pools, exact statistics,
 // empty_cache, record_stream, OOM handling and retries.
 #include <atomic>
+#include <cstdint>
 #include <thread>
+#include <vector>
 
 #include "support.hpp"
 
@@ -49,17 +51,18 @@ TEST_F(Allocator, ReusesFreedBlock) {
 TEST_F(Allocator, SizeClassesAndPools) {
   void* a = alloc.allocate(1, 0, s);          // small: 512 B
   void* b = alloc.allocate(MiB, 0, s);        // small: 1 MiB
-  void* c = alloc.allocate(MiB + 1, 0, s);    // large: 2 MiB
+  void* c = alloc.allocate(MiB + 1, 0, s);    // large: 1 MiB + 512 B
   auto st = stats();
   EXPECT_EQ(st.small_pool.allocated_bytes.current, static_cast<int64_t>(512 + MiB));
   EXPECT_EQ(st.small_pool.requested_bytes.current, static_cast<int64_t>(1 + MiB));
-  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(2 * MiB));
+  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(MiB + 512));
   EXPECT_EQ(st.large_pool.requested_bytes.current, static_cast<int64_t>(MiB + 1));
   EXPECT_EQ(st.small_pool.segment.current, 1);  // both fit one 2 MiB segment
   EXPECT_EQ(st.small_pool.reserved_bytes.current, static_cast<int64_t>(2 * MiB));
-  EXPECT_EQ(st.large_pool.segment.current, 1);
+  EXPECT_EQ(st.large_pool.segment.current, 1);  // a shared 20 MiB segment
+  EXPECT_EQ(st.large_pool.reserved_bytes.current, static_cast<int64_t>(20 * MiB));
   EXPECT_EQ(st.all.allocation.current, 3);
-  EXPECT_EQ(st.all.reserved_bytes.current, static_cast<int64_t>(4 * MiB));
+  EXPECT_EQ(st.all.reserved_bytes.current, static_cast<int64_t>(22 * MiB));
   alloc.free(a);
   alloc.free(b);
   alloc.free(c);
@@ -67,7 +70,7 @@ TEST_F(Allocator, SizeClassesAndPools) {
   EXPECT_EQ(st.all.allocation.current, 0);
   EXPECT_EQ(st.all.allocated_bytes.current, 0);
   EXPECT_EQ(st.all.requested_bytes.current, 0);
-  EXPECT_EQ(st.all.reserved_bytes.current, static_cast<int64_t>(4 * MiB));  // cached
+  EXPECT_EQ(st.all.reserved_bytes.current, static_cast<int64_t>(22 * MiB));  // cached
 }
 
 TEST_F(Allocator, SplitAndMergeSmall) {
@@ -97,26 +100,138 @@ TEST_F(Allocator, SplitAndMergeSmall) {
   alloc.free(c);
 }
 
-TEST_F(Allocator, SplitLarge) {
-  char* a = static_cast<char*>(alloc.allocate(6 * MiB, 0, s));
+TEST_F(Allocator, LargeRequestsRoundTo512Bytes) {
+  void* a = alloc.allocate(5 * MiB / 2, 0, s);  // 2.5 MiB counts as 2.5 MiB
+  auto st = stats();
+  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(5 * MiB / 2));
+  EXPECT_EQ(st.large_pool.requested_bytes.current, static_cast<int64_t>(5 * MiB / 2));
+  EXPECT_EQ(st.large_pool.active_bytes.current, static_cast<int64_t>(5 * MiB / 2));
+  void* b = alloc.allocate(3 * MiB + 1, 0, s);
+  st = stats();
+  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(11 * MiB / 2 + 512));
+  EXPECT_EQ(st.large_pool.requested_bytes.current, static_cast<int64_t>(11 * MiB / 2 + 1));
+  EXPECT_EQ(st.large_pool.segment.current, 1);
+  EXPECT_EQ(st.large_pool.reserved_bytes.current, static_cast<int64_t>(20 * MiB));
+  EXPECT_EQ(st.large_pool.inactive_split.current, 1);
+  EXPECT_EQ(st.large_pool.inactive_split_bytes.current,
+            static_cast<int64_t>(20 * MiB - 11 * MiB / 2 - 512));
   alloc.free(a);
-  char* b = static_cast<char*>(alloc.allocate(3 * MiB, 0, s));  // rounds to 4 MiB
+  alloc.free(b);
+  st = stats();
+  EXPECT_EQ(st.all.allocated_bytes.current, 0);
+  EXPECT_EQ(st.all.active_bytes.current, 0);
+  EXPECT_EQ(st.all.inactive_split.current, 0);  // merged back into one block
+  EXPECT_EQ(st.all.inactive_split_bytes.current, 0);
+}
+
+TEST_F(Allocator, MidSizeBlocksShareA20MiBSegment) {
+  std::vector<char*> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(static_cast<char*>(alloc.allocate(3 * MiB, 0, s)));
+  for (int i = 1; i < 6; ++i) EXPECT_EQ(blocks[i], blocks[0] + i * 3 * MiB);
+  auto st = stats();
+  EXPECT_EQ(st.num_device_alloc, 1);
+  EXPECT_EQ(st.large_pool.segment.current, 1);
+  EXPECT_EQ(st.large_pool.reserved_bytes.current, static_cast<int64_t>(20 * MiB));
+  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(18 * MiB));
+  EXPECT_EQ(st.large_pool.inactive_split.current, 1);  // the 2 MiB tail
+  EXPECT_EQ(st.large_pool.inactive_split_bytes.current, static_cast<int64_t>(2 * MiB));
+  // The 2 MiB tail cannot hold a 7th: a second shared segment.
+  blocks.push_back(static_cast<char*>(alloc.allocate(3 * MiB, 0, s)));
+  st = stats();
+  EXPECT_EQ(st.num_device_alloc, 2);
+  EXPECT_EQ(st.large_pool.reserved_bytes.current, static_cast<int64_t>(40 * MiB));
+  EXPECT_EQ(st.large_pool.allocation.current, 7);
+  EXPECT_EQ(st.large_pool.inactive_split.current, 2);
+  EXPECT_EQ(st.large_pool.inactive_split_bytes.current, static_cast<int64_t>(19 * MiB));
+  auto segs = alloc.snapshot(0);
+  ASSERT_EQ(segs.size(), 2u);
+  size_t allocated = 0;
+  for (const auto& seg : segs) {
+    EXPECT_TRUE(seg.is_large);
+    EXPECT_EQ(seg.total_size, 20 * MiB);
+    allocated += seg.allocated_size;
+  }
+  EXPECT_EQ(allocated, 21 * MiB);
+  // A free block in the middle is reused by a request it fits.
+  alloc.free(blocks[2]);
+  EXPECT_EQ(stats().large_pool.inactive_split.current, 3);
+  char* again = static_cast<char*>(alloc.allocate(3 * MiB - 100, 0, s));
+  EXPECT_EQ(again, blocks[2]);
+  blocks[2] = again;
+  for (char* p : blocks) alloc.free(p);
+  st = stats();
+  EXPECT_EQ(st.all.allocation.current, 0);
+  EXPECT_EQ(st.all.active.current, 0);
+  EXPECT_EQ(st.all.inactive_split.current, 0);
+  EXPECT_EQ(st.all.inactive_split_bytes.current, 0);
+  EXPECT_EQ(st.large_pool.segment.current, 2);  // cached
+}
+
+TEST_F(Allocator, RequestsOf10MiBAndMoreGetTheirOwnSegment) {
+  void* a = alloc.allocate(12 * MiB, 0, s);
+  auto st = stats();
+  EXPECT_EQ(st.large_pool.reserved_bytes.current, static_cast<int64_t>(12 * MiB));
+  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(12 * MiB));
+  EXPECT_EQ(st.large_pool.inactive_split.current, 0);
+  auto segs = alloc.snapshot(0);
+  ASSERT_EQ(segs.size(), 1u);
+  EXPECT_EQ(segs[0].total_size, 12 * MiB);
+  EXPECT_EQ(segs[0].allocated_size, 12 * MiB);
+  void* b = alloc.allocate(10 * MiB, 0, s);  // the boundary: own segment
+  void* c = alloc.allocate(10 * MiB - 512, 0, s);  // just below: shared 20 MiB
+  void* d = alloc.allocate(12 * MiB + 1, 0, s);  // segment rounded up to 14 MiB
+  st = stats();
+  EXPECT_EQ(st.num_device_alloc, 4);
+  EXPECT_EQ(st.large_pool.reserved_bytes.current, static_cast<int64_t>((12 + 10 + 20 + 14) * MiB));
+  EXPECT_EQ(st.large_pool.allocated_bytes.current,
+            static_cast<int64_t>(12 * MiB + 10 * MiB + (10 * MiB - 512) + (12 * MiB + 512)));
+  EXPECT_EQ(st.large_pool.inactive_split.current, 2);  // tails of c's and d's segments
+  EXPECT_EQ(st.large_pool.inactive_split_bytes.current,
+            static_cast<int64_t>((10 * MiB + 512) + (2 * MiB - 512)));
+  for (void* p : {a, b, c, d}) alloc.free(p);
+  EXPECT_EQ(stats().all.inactive_split.current, 0);
+}
+
+TEST_F(Allocator, SplitLarge) {
+  char* a = static_cast<char*>(alloc.allocate(12 * MiB, 0, s));
+  alloc.free(a);
+  char* b = static_cast<char*>(alloc.allocate(3 * MiB, 0, s));  // carved from a's segment
   EXPECT_EQ(b, a);
   auto st = stats();
-  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(4 * MiB));
+  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(3 * MiB));
   EXPECT_EQ(st.large_pool.inactive_split.current, 1);
-  EXPECT_EQ(st.large_pool.inactive_split_bytes.current, static_cast<int64_t>(2 * MiB));
-  char* c = static_cast<char*>(alloc.allocate(2 * MiB, 0, s));
-  EXPECT_EQ(c, a + 4 * MiB);
+  EXPECT_EQ(st.large_pool.inactive_split_bytes.current, static_cast<int64_t>(9 * MiB));
+  char* c = static_cast<char*>(alloc.allocate(9 * MiB, 0, s));
+  EXPECT_EQ(c, a + 3 * MiB);
   EXPECT_EQ(stats().num_device_alloc, 1);
   auto segs = alloc.snapshot(0);
   ASSERT_EQ(segs.size(), 1u);
   EXPECT_TRUE(segs[0].is_large);
-  EXPECT_EQ(segs[0].total_size, 6 * MiB);
-  EXPECT_EQ(segs[0].allocated_size, 6 * MiB);
+  EXPECT_EQ(segs[0].total_size, 12 * MiB);
+  EXPECT_EQ(segs[0].allocated_size, 12 * MiB);
   EXPECT_EQ(segs[0].stream_id, 0);
   alloc.free(b);
   alloc.free(c);
+  EXPECT_EQ(stats().large_pool.inactive_split.current, 0);
+}
+
+TEST_F(Allocator, LargeBlocksSplitOnlyWhenMoreThan1MiBRemains) {
+  char* a = static_cast<char*>(alloc.allocate(12 * MiB, 0, s));
+  alloc.free(a);
+  char* b = static_cast<char*>(alloc.allocate(11 * MiB, 0, s));  // 1 MiB left: not split
+  EXPECT_EQ(b, a);
+  auto st = stats();
+  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(12 * MiB));
+  EXPECT_EQ(st.large_pool.requested_bytes.current, static_cast<int64_t>(11 * MiB));
+  EXPECT_EQ(st.large_pool.inactive_split.current, 0);
+  alloc.free(b);
+  b = static_cast<char*>(alloc.allocate(11 * MiB - 512, 0, s));  // 1 MiB + 512 B left: split
+  EXPECT_EQ(b, a);
+  st = stats();
+  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(11 * MiB - 512));
+  EXPECT_EQ(st.large_pool.inactive_split.current, 1);
+  EXPECT_EQ(st.large_pool.inactive_split_bytes.current, static_cast<int64_t>(MiB + 512));
+  alloc.free(b);
   EXPECT_EQ(stats().large_pool.inactive_split.current, 0);
 }
 
@@ -241,6 +356,68 @@ TEST_F(Allocator, OutOfMemoryThrowsWithDetailsAndRecovers) {
   EXPECT_NE(b, nullptr);
   alloc.free(b);
   alloc.empty_cache(0);
+}
+
+TEST_F(Allocator, TightDeviceGivesMidSizeRequestsTheirOwnSegment) {
+  ScopedEnv env{{"TORCHNEURON_DEVICE_MEMORY", "8MiB"}};
+  char* a = static_cast<char*>(alloc.allocate(3 * MiB, 0, s));  // 20 MiB does not fit
+  ASSERT_NE(a, nullptr);
+  auto st = stats();
+  EXPECT_EQ(st.large_pool.reserved_bytes.current, static_cast<int64_t>(3 * MiB));
+  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(3 * MiB));
+  EXPECT_EQ(st.num_alloc_retries, 0);  // room for the request: nothing to flush
+  EXPECT_EQ(st.num_ooms, 0);
+  void* b = alloc.allocate(5 * MiB / 2 + 1, 0, s);  // segment of the rounded size
+  st = stats();
+  EXPECT_EQ(st.large_pool.reserved_bytes.current, static_cast<int64_t>(11 * MiB / 2 + 512));
+  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(11 * MiB / 2 + 512));
+  EXPECT_EQ(st.large_pool.inactive_split.current, 0);
+  EXPECT_EQ(alloc.snapshot(0).size(), 2u);
+  // Under 2.5 MiB free: no segment fits, not even after flushing and waiting.
+  EXPECT_THROW(alloc.allocate(3 * MiB, 0, s), neuronrt::OutOfMemoryError);
+  st = stats();
+  EXPECT_EQ(st.num_alloc_retries, 1);
+  EXPECT_EQ(st.num_ooms, 1);
+  alloc.free(a);
+  void* c = alloc.allocate(2 * MiB, 0, s);  // reuses a's segment, 1 MiB left: not split
+  EXPECT_EQ(c, a);
+  st = stats();
+  EXPECT_EQ(st.large_pool.allocated_bytes.current, static_cast<int64_t>(11 * MiB / 2 + 512));
+  EXPECT_EQ(st.large_pool.requested_bytes.current, static_cast<int64_t>(9 * MiB / 2 + 1));
+  EXPECT_EQ(st.large_pool.inactive_split.current, 0);
+  alloc.free(b);
+  alloc.free(c);
+  alloc.empty_cache(0);
+}
+
+TEST_F(Allocator, TightDeviceFlushesOnlyWhenTheRequestDoesNotFit) {
+  ScopedEnv env{{"TORCHNEURON_DEVICE_MEMORY", "24MiB"}};
+  nrtStream_t s2 = nrt_test::new_stream(0);
+  void* a = alloc.allocate(12 * MiB, 0, s2);
+  alloc.free(a);  // cached for s2: 12 MiB free on the device
+  void* b = alloc.allocate(3 * MiB, 0, s);  // own 3 MiB segment, s2's cache kept
+  auto st = stats();
+  EXPECT_EQ(st.num_alloc_retries, 0);
+  EXPECT_EQ(st.num_device_free, 0);
+  EXPECT_EQ(st.large_pool.reserved_bytes.current, static_cast<int64_t>(15 * MiB));
+  void* c = alloc.allocate(10 * MiB, 0, s);  // 9 MiB free: flush s2's cache, retry
+  st = stats();
+  EXPECT_EQ(st.num_alloc_retries, 1);
+  EXPECT_EQ(st.num_device_free, 1);
+  EXPECT_EQ(st.num_ooms, 0);
+  EXPECT_EQ(st.large_pool.reserved_bytes.current, static_cast<int64_t>(13 * MiB));
+  alloc.free(b);
+  alloc.free(c);
+  alloc.empty_cache(0);
+  EXPECT_EQ(nrtStreamDestroy(s2), nrtSuccess);
+}
+
+TEST_F(Allocator, ImpossibleSizeIsOutOfMemory) {
+  EXPECT_THROW(alloc.allocate(SIZE_MAX, 0, s), neuronrt::OutOfMemoryError);
+  EXPECT_THROW(alloc.allocate(SIZE_MAX - 100, 0, s), neuronrt::OutOfMemoryError);
+  const auto st = stats();
+  EXPECT_EQ(st.num_ooms, 2);
+  EXPECT_EQ(st.all.reserved_bytes.current, 0);
 }
 
 TEST_F(Allocator, FlushesCacheAndRetries) {

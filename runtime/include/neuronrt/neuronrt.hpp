@@ -120,8 +120,10 @@ struct SegmentInfo {
   int64_t stream_id;
 };
 
-// Size classes: requests up to 1 MiB round up to 512 B and are carved from
-// 2 MiB segments (small pool); larger ones round up to 2 MiB (large pool).
+// Size classes (as in CUDA): every request rounds up to 512 B. Up to 1 MiB
+// they are carved from 2 MiB segments (small pool); larger ones (large pool)
+// from shared 20 MiB segments below 10 MiB, else from a segment of their own
+// rounded up to 2 MiB (or just the request's size if only that fits).
 // Blocks are split and merged; a freed block is reusable at once by work on
 // the stream it was allocated on, and by other streams only after the work
 // they were recorded with (record_stream) has finished. When the device is
