@@ -43,13 +43,39 @@ Registry& registry() {
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// Device memory of at least this size is mapped in 2 MiB-aligned chunks and
+// asks the kernel for huge pages (as an accelerator maps its HBM with large
+// pages): kernels stream weights through it, and 4 KiB pages would cost a
+// TLB miss every 4 KiB.
+constexpr size_t kHugePage = size_t{2} << 20;
+
+size_t mapped_size(size_t size) {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return size >= kHugePage ? round_up(size, kHugePage) : round_up(size, page);
+}
+
 void* host_alloc(size_t size, bool* mmapped) {
   if (size >= kMmapThreshold) {
-    static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    void* p = mmap(nullptr, round_up(size, page), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     *mmapped = true;
-    return p == MAP_FAILED ? nullptr : p;
+    const size_t len = mapped_size(size);
+    if (size < kHugePage) {
+      void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      return p == MAP_FAILED ? nullptr : p;
+    }
+    // Over-map by one huge page, keep the aligned middle.
+    void* raw = mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) return nullptr;
+    const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t aligned = round_up(start, kHugePage);
+    if (aligned > start) munmap(raw, aligned - start);
+    const uintptr_t tail = aligned + len, end = start + len + kHugePage;
+    if (end > tail) munmap(reinterpret_cast<void*>(tail), end - tail);
+#ifdef MADV_HUGEPAGE
+    madvise(reinterpret_cast<void*>(aligned), len, MADV_HUGEPAGE);  // advice only
+#endif
+    return reinterpret_cast<void*>(aligned);
   }
   *mmapped = false;
   return std::aligned_alloc(kAlignment, round_up(size, kAlignment));
@@ -57,8 +83,7 @@ void* host_alloc(size_t size, bool* mmapped) {
 
 void host_free(void* p, size_t size, bool mmapped) {
   if (mmapped) {
-    static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    munmap(p, round_up(size, page));
+    munmap(p, mapped_size(size));
   } else {
     std::free(p);
   }
