@@ -207,6 +207,10 @@ void nrtStream_st::worker_main() {
       // A failing init must not kill the worker; the work itself will fail.
     }
   }
+  constexpr size_t kMaxBatch = 32;  // bounds how late a waiter hears of a finished task
+  std::vector<Task> batch;
+  batch.reserve(kMaxBatch);
+  bool skip_flags[kMaxBatch];
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (queue_.empty() && !stopping_) {
@@ -228,13 +232,26 @@ void nrtStream_st::worker_main() {
       worker_waiting_ = false;
     }
     if (queue_.empty()) break;  // stopping, and drained
-    Task t = queue_.pop();
-    const bool skip = failed_ || t.seq <= skip_through_;
+    // Take what is queued, up to kMaxBatch tasks, under one lock: the host
+    // enqueues under the same lock, and locking twice per task made the two
+    // threads contend on every small op.
+    batch.clear();
+    bool skip = failed_;
+    while (!queue_.empty() && batch.size() < kMaxBatch) {
+      batch.push_back(queue_.pop());
+      skip_flags[batch.size() - 1] = skip || batch.back().seq <= skip_through_;
+    }
     lock.unlock();
     Failure f;
-    const bool failed = run(t, skip, &f);
+    uint64_t failed_seq = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      // After a failure the rest of the batch is skipped, as the queue would.
+      const bool failed = run(batch[i], skip_flags[i] || failed_seq != 0, &f);
+      if (failed && failed_seq == 0) failed_seq = batch[i].seq;
+    }
     lock.lock();
-    finish_locked(t.seq, failed, &f);
+    if (failed_seq != 0) finish_locked(failed_seq, true, &f);
+    finish_locked(batch.back().seq, false, nullptr);
     queue_.shrink_if_idle_and_large();
   }
   stopped_ = true;
