@@ -105,6 +105,61 @@ inline void axpy(float a, const float* __restrict x, float* __restrict y, int64_
   for (int64_t e = 0; e < n; ++e) y[e] += a * x[e];
 }
 
+// Register tiles for many rows (prefill): kTileRows rows share every load of
+// a key or value row, and their accumulators stay in vector registers
+// (GCC vector extensions: one zmm per vector on AVX-512, split into
+// narrower registers on the other instruction sets).
+typedef float vec16 __attribute__((vector_size(64)));
+constexpr int64_t kTileRows = 4;
+
+inline vec16 load16(const float* p) {
+  vec16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store16(float* p, vec16 v) { std::memcpy(p, &v, sizeof v); }
+
+// scores[r][0..kBk) = q_r . kt[.][0..kBk) for NR rows at once.
+template <int NR>
+inline void dot_block_tile(const float* const* q, const float* __restrict kt, int64_t D,
+                           float* const* scores) {
+  vec16 acc[NR][kBk / 16] = {};
+  for (int64_t d = 0; d < D; ++d) {
+    vec16 k[kBk / 16];
+    for (int c = 0; c < kBk / 16; ++c) k[c] = load16(kt + d * kBk + 16 * c);
+    for (int r = 0; r < NR; ++r) {
+      const float qd = q[r][d];
+      for (int c = 0; c < kBk / 16; ++c) acc[r][c] += qd * k[c];
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int c = 0; c < kBk / 16; ++c) store16(scores[r] + 16 * c, acc[r][c]);
+  }
+}
+
+// acc_r[0..Dv) += sum_j p_r[j] * vb[j][0..Dv) for NR rows, Dv % 64 == 0.
+template <int NR>
+inline void pv_tile(const float* const* p, const float* __restrict vb, int64_t nk, int64_t Dv,
+                    float* const* acc) {
+  for (int64_t e0 = 0; e0 < Dv; e0 += 64) {
+    vec16 a[NR][4];
+    for (int r = 0; r < NR; ++r) {
+      for (int c = 0; c < 4; ++c) a[r][c] = load16(acc[r] + e0 + 16 * c);
+    }
+    for (int64_t j = 0; j < nk; ++j) {
+      vec16 v[4];
+      for (int c = 0; c < 4; ++c) v[c] = load16(vb + j * Dv + e0 + 16 * c);
+      for (int r = 0; r < NR; ++r) {
+        const float pj = p[r][j];
+        for (int c = 0; c < 4; ++c) a[r][c] += pj * v[c];
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      for (int c = 0; c < 4; ++c) store16(acc[r] + e0 + 16 * c, a[r][c]);
+    }
+  }
+}
+
 // Reductions over 16 independent lanes: the compiler may not reorder a float
 // sum or max by itself, and a scalar loop here would serialize the exps too.
 constexpr int64_t kLanes = 16;
@@ -219,7 +274,19 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
       }
     } else {
       load_keys_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
-      for (int64_t r : active) dot_block(&s.q[r * d.D], s.kt.data(), d.D, &s.scores[r * kBk]);
+      size_t t = 0;
+      for (; t + kTileRows <= active.size(); t += kTileRows) {
+        const float* q[kTileRows];
+        float* sc[kTileRows];
+        for (int64_t u = 0; u < kTileRows; ++u) {
+          q[u] = &s.q[active[t + u] * d.D];
+          sc[u] = &s.scores[active[t + u] * kBk];
+        }
+        dot_block_tile<kTileRows>(q, s.kt.data(), d.D, sc);
+      }
+      for (; t < active.size(); ++t) {
+        dot_block(&s.q[active[t] * d.D], s.kt.data(), d.D, &s.scores[active[t] * kBk]);
+      }
     }
 
     // 2. Online softmax: new running max, rescaled accumulators, probabilities.
@@ -246,6 +313,26 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
 
     // 3. acc += P.V, each value row read once for all rows.
     if (!direct) load_rows(p.v, b, hk, k0, nk, d.Dv, s.vb.data());
+    if (!direct && d.Dv % 64 == 0) {
+      // Rows whose probabilities are all zero here (fully hidden by the
+      // online max) still go through: a zero contributes nothing.
+      size_t t = 0;
+      for (; t + kTileRows <= active.size(); t += kTileRows) {
+        const float* pr[kTileRows];
+        float* acc[kTileRows];
+        for (int64_t u = 0; u < kTileRows; ++u) {
+          pr[u] = &s.probs[active[t + u] * kBk];
+          acc[u] = &s.acc[active[t + u] * d.Dv];
+        }
+        pv_tile<kTileRows>(pr, s.vb.data(), nk, d.Dv, acc);
+      }
+      for (; t < active.size(); ++t) {
+        const float* pr[1] = {&s.probs[active[t] * kBk]};
+        float* acc[1] = {&s.acc[active[t] * d.Dv]};
+        pv_tile<1>(pr, s.vb.data(), nk, d.Dv, acc);
+      }
+      continue;
+    }
     for (int64_t j = 0; j < nk; ++j) {
       const float* value = direct ? row_f32(p.v, b, hk, k0 + j, d.Dv, s.row.data())
                                   : &s.vb[j * d.Dv];
