@@ -450,9 +450,10 @@ void forward(const AttentionParams& p, const View4& out, float* lse,
              const ParallelFor& parallel_for) {
   const Dims d = dims_of(p);
   if (d.B == 0 || d.Hq == 0 || d.L == 0 || d.Dv == 0) return;
-  // About 64 rows per item: enough reuse of each converted key block, and
-  // enough items to keep every thread busy.
-  const int64_t nq = std::clamp<int64_t>(64 / d.G, 1, d.L);
+  // About 256 rows per item: each key/value block is converted to float32
+  // (and transposed) once per item, which costs about as much as 64 rows'
+  // worth of arithmetic; items stay many enough to keep threads busy.
+  const int64_t nq = std::clamp<int64_t>(256 / d.G, 1, d.L);
   const int64_t qblocks = (d.L + nq - 1) / nq;
   parallel_for(d.B * d.Hkv * qblocks, [&](int64_t begin, int64_t end) {
     ForwardScratch s;
