@@ -7,10 +7,14 @@ Random weights (nothing is downloaded). For float32 and bfloat16, it reports gre
 decoding throughput (batch 1 and 8, 128 new tokens, static cache) and the time to
 first token of a 512-token prompt, on CPU and on neuron, and their ratio (target:
 neuron throughput >= 1.0x CPU). Both devices run eager with `disable_compile=True`
-(torchneuron has no torch.compile backend yet).
+(torchneuron has no torch.compile backend yet). Each device runs in its own fresh
+process (see in_child for why).
 """
 import argparse
+import json
 import os
+import subprocess
+import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -63,29 +67,58 @@ def time_to_first_token(model, device, prompt):
     return time.perf_counter() - t
 
 
+def measure(device_name, dtype_name, new_tokens, prompt):
+    """All figures of one device and dtype, in this process."""
+    device, dtype = torch.device(device_name), getattr(torch, dtype_name)
+    model = build(dtype).to(device)
+    out = {"params": sum(p.numel() for p in model.parameters())}
+    for batch in (1, 8):
+        out[f"decode_bs{batch}"] = decode_tokens_per_s(model, device, batch, new_tokens)
+    out["ttft"] = time_to_first_token(model, device, prompt)
+    return out
+
+
+def in_child(device_name, dtype_name, new_tokens, prompt):
+    # Each device runs in a fresh process: the device's worker threads run
+    # OpenMP teams of their own, and once a process holds more OpenMP threads
+    # than cores, libgomp shortens every spin-wait (GOMP's throttled spin
+    # count), which slows CPU eager in that process by up to a third. Separate
+    # processes measure each device as its users run it.
+    env = dict(os.environ)
+    if device_name == "cpu":
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # plain PyTorch, no neuron device
+    cmd = [sys.executable, __file__, "--child", device_name, dtype_name, str(new_tokens), str(prompt)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def main():
     parser = argparse.ArgumentParser(description="neuron vs CPU generation benchmark")
     parser.add_argument("--quick", action="store_true", help="16 new tokens, 128-token prompt")
+    parser.add_argument("--child", nargs=4, metavar=("DEVICE", "DTYPE", "TOKENS", "PROMPT"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        device_name, dtype_name, new_tokens, prompt = args.child
+        print(json.dumps(measure(device_name, dtype_name, int(new_tokens), int(prompt))))
+        return
     new_tokens, prompt = (16, 128) if args.quick else (128, 512)
-    cpu, neuron = torch.device("cpu"), torch.device("neuron")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"{new_tokens} new tokens, {prompt}-token prompt for time to first token")
-    for dtype in (torch.float32, torch.bfloat16):
-        model_cpu = build(dtype)
-        params = sum(p.numel() for p in model_cpu.parameters())
-        model_dev = build(dtype).to(neuron)
-        print(f"\n{str(dtype).replace('torch.', '')}, {params / 1e6:.0f}M parameters")
+          f"{new_tokens} new tokens, {prompt}-token prompt for time to first token; "
+          "each device measured in its own process", flush=True)
+    for dtype_name in ("float32", "bfloat16"):
+        c = in_child("cpu", dtype_name, new_tokens, prompt)
+        n = in_child("neuron", dtype_name, new_tokens, prompt)
+        print(f"\n{dtype_name}, {c['params'] / 1e6:.0f}M parameters")
         print(f"  {'case':<28}{'cpu':>12}{'neuron':>12}{'ratio':>9}")
         for batch in (1, 8):
-            c = decode_tokens_per_s(model_cpu, cpu, batch, new_tokens)
-            n = decode_tokens_per_s(model_dev, neuron, batch, new_tokens)
-            print(f"  {f'decode tokens/s, batch {batch}':<28}{c:>12.1f}{n:>12.1f}{n / c:>8.2f}x"
-                  f"   (target >= 1.0x)", flush=True)
-        c = time_to_first_token(model_cpu, cpu, prompt)
-        n = time_to_first_token(model_dev, neuron, prompt)
-        print(f"  {'time to first token, s':<28}{c:>12.3f}{n:>12.3f}{c / n:>8.2f}x"
-              f"   (ratio = cpu/neuron, higher is better)", flush=True)
+            key = f"decode_bs{batch}"
+            print(f"  {f'decode tokens/s, batch {batch}':<28}{c[key]:>12.1f}{n[key]:>12.1f}"
+                  f"{n[key] / c[key]:>8.2f}x   (target >= 1.0x)", flush=True)
+        print(f"  {'time to first token, s':<28}{c['ttft']:>12.3f}{n['ttft']:>12.3f}"
+              f"{c['ttft'] / n['ttft']:>8.2f}x   (ratio = cpu/neuron, higher is better)", flush=True)
 
 
 if __name__ == "__main__":
