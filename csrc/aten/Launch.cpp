@@ -5,6 +5,7 @@
 #include <c10/core/TensorImpl.h>
 
 #include "csrc/runtime/BlockingWait.h"
+#include "csrc/runtime/HostThreads.h"
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronStream.h"
 #include "neuronrt/neuronrt.hpp"
@@ -43,6 +44,7 @@ at::Tensor neuron_view_like(const c10::Storage& storage, const at::Tensor& like)
 }
 
 void launch(c10::DeviceIndex device, const char* op_name, std::function<void()> fn) {
+  yield_host_threads_to_device();
   NEURON_TRY { neuronrt::launch(current_stream_handle(device), op_name, std::move(fn)); }
   NEURON_CATCH
 }
