@@ -12,10 +12,15 @@ the target:
   - asynchrony: time for the host to enqueue a chain of large ops vs the time
     to run them (enqueue must return long before the work finishes).
 Timings on a shared machine are noisy: each figure is the median of several
-repeats, and only ratios within one run are meaningful.
+repeats, and only ratios within one run are meaningful. Each device is measured in
+its own fresh process (see in_child for why).
 """
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -140,42 +145,76 @@ def row(name, cpu, neuron, ratio, target, ok, fmt):
     print(f"  {name:<22}{fmt(cpu):>14}{fmt(neuron):>14}{ratio:>9.2f}x   {target:<10}{mark}")
 
 
+def measure(device_name, reps):
+    """Every figure of one device, in this process."""
+    device = torch.device(device_name)
+    out = {"latency": {}, "throughput": {}, "step": {}}
+    for op in ["add", "mul", "view", "index_select"]:
+        out["latency"][op] = host_latency(device, op, reps, 2000)
+    for case in ["matmul 1024", "elementwise 16M", "softmax 4096x4096"]:
+        out["throughput"][case] = throughput(device, case, reps)
+    for case in ["MLP", "transformer block"]:
+        out["step"][case] = training_step(device, case, reps)
+    if device.type == "neuron":
+        out["asynchrony"] = asynchrony(device)
+    return out
+
+
+def in_child(device_name, reps):
+    # Each device runs in a fresh process: once the neuron device has run, a
+    # host thread keeps one intra-op thread (TORCHNEURON_HOST_THREADS), and the
+    # device's OpenMP teams change libgomp's spin-waits for everyone; CPU eager
+    # measured in such a process would not be the CPU eager users run.
+    env = dict(os.environ)
+    if device_name == "cpu":
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # plain PyTorch
+    cmd = [sys.executable, __file__, "--child", device_name, str(reps)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def main():
     parser = argparse.ArgumentParser(description="neuron vs CPU eager benchmark")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
+    parser.add_argument("--child", nargs=2, metavar=("DEVICE", "REPEATS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child[0], int(args.child[1]))))
+        return
     reps = 3 if args.quick else 7
-    cpu, neuron = torch.device("cpu"), torch.device("neuron")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
-          f"neuron: {torch.neuron.get_device_name()}")
+          f"neuron: {torch.neuron.get_device_name()}; each device measured in its own process",
+          flush=True)
+    c_all, n_all = in_child("cpu", reps), in_child("neuron", reps)
     header = f"  {'case':<22}{'cpu':>14}{'neuron':>14}{'ratio':>10}   {'target':<10}"
 
     print("\nHost latency per op, 16x16 tensors (lower is better; ratio = neuron/cpu)")
     print(header)
     us = lambda s: f"{s * 1e6:.2f} us"  # noqa: E731
     for op in ["add", "mul", "view", "index_select"]:
-        c, _ = host_latency(cpu, op, reps, 2000)
-        n, n_sustained = host_latency(neuron, op, reps, 2000)
+        c, _ = c_all["latency"][op]
+        n, n_sustained = n_all["latency"][op]
         row(op, c, n, n / c, "<= 2x", n / c <= 2.0, us)
         print(f"  {'':<22}{'':>14}{us(n_sustained):>14}   (sustained: issue + run, queue drained)")
 
     print("\nThroughput of large ops (higher is better; ratio = neuron/cpu)")
     print(header)
     for case in ["matmul 1024", "elementwise 16M", "softmax 4096x4096"]:
-        c, unit = throughput(cpu, case, reps)
-        n, _ = throughput(neuron, case, reps)
+        c, unit = c_all["throughput"][case]
+        n, _ = n_all["throughput"][case]
         row(case, c, n, n / c, ">= 0.95x", n / c >= 0.95, lambda v: f"{v:.1f} {unit}")
 
     print("\nOne training step, AdamW (lower is better; ratio = neuron/cpu)")
     print(header)
     ms = lambda s: f"{s * 1e3:.2f} ms"  # noqa: E731
     for case in ["MLP", "transformer block"]:
-        c = training_step(cpu, case, reps)
-        n = training_step(neuron, case, reps)
+        c, n = c_all["step"][case], n_all["step"][case]
         row(case, c, n, n / c, "<= 1.10x", n / c <= 1.10, ms)
 
     print("\nAsynchrony: 20 chained 2048x2048 matmuls on neuron")
-    enqueue, total = asynchrony(neuron)
+    enqueue, total = n_all["asynchrony"]
     print(f"  host enqueue {enqueue * 1e3:.1f} ms, execution {total * 1e3:.1f} ms "
           f"(enqueue = {enqueue / total:.1%} of execution)")
 
