@@ -84,6 +84,16 @@ void aten_parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& b
   at::parallel_for(0, n, 1, body);
 }
 
+// Small problems (decode steps) run on the worker alone: waking the OpenMP
+// team costs more than their work, and once woken its helper threads spin
+// for a while, taking a core from the host thread that is issuing the next
+// ops. About a million multiply-adds is where two threads start to pay.
+nk::ParallelFor parallel_for_for(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t work = q.size(0) * q.size(1) * q.size(2) * k.size(2) * (k.size(3) + v.size(3));
+  if (work < (int64_t{1} << 20)) return nk::serial_for;
+  return aten_parallel_for;
+}
+
 void check_arguments(const char* op, const at::Tensor& q, const at::Tensor& k,
                      const at::Tensor& v, const at::Tensor& mask) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
@@ -169,8 +179,9 @@ sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tens
   nk::AttentionParams p = params_of(query, key, value, mask, is_causal, scale);
   // The lambda holds the tensors: their memory stays in use until the kernel ran.
   launch(query.device().index(), kForwardOp,
-         [p, q = query, k = key, v = value, mask, out, lse]() {
-           nk::attention_forward(p, view_of(out), lse.data_ptr<float>(), aten_parallel_for);
+         [p, q = query, k = key, v = value, mask, out, lse,
+          parallel = parallel_for_for(query, key, value)]() {
+           nk::attention_forward(p, view_of(out), lse.data_ptr<float>(), parallel);
          });
   counter.count(ExecPath::kKernel);
   return {out, lse, at::Tensor(), at::Tensor(), c10::SymInt(L), c10::SymInt(S),
@@ -205,14 +216,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
   nk::AttentionParams p = params_of(query, key, value, mask, is_causal, scale);
   launch(query.device().index(), kBackwardOp,
          [p, q = query, k = key, v = value, mask, out, lse = logsumexp, grad_out, dq, dk, dv,
-          dscores]() {
+          dscores, parallel = parallel_for_for(query, key, value)]() {
            nk::AttentionGrads g;
            if (dq.defined()) g.dq = view_of(dq);
            if (dk.defined()) g.dk = view_of(dk);
            if (dv.defined()) g.dv = view_of(dv);
            if (dscores.defined()) g.dscores = dscores.data_ptr<float>();
            nk::attention_backward(p, view_of(out), lse.data_ptr<float>(), view_of(grad_out), g,
-                                  aten_parallel_for);
+                                  parallel);
          });
   counter.count(ExecPath::kKernel);
   at::Tensor dbias;
