@@ -263,3 +263,19 @@ def test_transformer_inference_fast_path():
     x = torch.randn(3, 5, 16)
     with torch.no_grad():
         torch.testing.assert_close(dev_layer(x.to(D)).cpu(), layer(x))
+
+
+def test_process_that_ends_right_after_backward_exits_cleanly(start_python):
+    # The engine's neuron thread drops the graph task just after backward()
+    # returns; without the exit hook in torchneuron._registration the
+    # interpreter could be shutting down by then and the process aborted
+    # (8 exits in 12 on the reference machine).
+    code = """
+        import torch
+        x = torch.randn(4, 4, device="neuron", requires_grad=True)
+        (x * 2).sum().backward()
+        print(x.grad.shape[-1])
+    """
+    children = [start_python(code) for _ in range(4)]
+    for child in children:
+        assert child.wait(60).stdout.split() == ["4"]

@@ -1,4 +1,7 @@
 """Makes PyTorch's PrivateUse1 backend the `neuron` device."""
+import atexit
+import time
+
 import torch
 
 BACKEND = "neuron"
@@ -14,6 +17,7 @@ def register():
             "torchneuron needs it for 'neuron' and PyTorch allows one such backend per process."
         )
     torch.utils.rename_privateuse1_backend(BACKEND)
+    atexit.register(_let_backward_threads_finish)
     from . import device_module
 
     torch._register_device_module(BACKEND, device_module)
@@ -21,3 +25,17 @@ def register():
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
+
+
+def _let_backward_threads_finish():
+    # PyTorch's autograd engine runs backward on a thread per device, which
+    # drops its last reference to the graph task (holding Python objects)
+    # just after backward() has returned. A script that ends right there can
+    # reach interpreter shutdown first; that thread then cannot take the GIL
+    # and the process aborts ("terminate called without an active
+    # exception", 8 exits in 12). Releasing the GIL briefly at exit, in
+    # processes that used the device, lets it finish first.
+    from ._ops import executed_ops
+
+    if executed_ops():
+        time.sleep(0.02)

@@ -1,6 +1,7 @@
 #include "csrc/aten/native/Attention.h"
 
 #include <cmath>
+#include <string>
 
 #include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>
@@ -10,6 +11,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/StringUtil.h>
 
 #include <neuronkernels/attention.hpp>
 
@@ -39,32 +41,59 @@ bool plain(const at::Tensor& t) {
   return t.layout() == at::kStrided && !t.is_nested() && !t.is_conj() && !t.is_neg();
 }
 
+// Why the kernel cannot take these tensors, or "" if it can: the one list of
+// conditions behind both the backend choice and the ops' argument errors. A
+// boolean mask is fine for the choice (PyTorch converts it before the op).
+std::string unsupported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const at::Tensor& mask, bool bool_mask_ok) {
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) {
+    return c10::str("expected 4-D query, key and value [batch, heads, length, head_dim], got ",
+                    q.sizes(), ", ", k.sizes(), ", ", v.sizes());
+  }
+  for (const at::Tensor* t : {&q, &k, &v}) {
+    if (!is_neuron(*t) || t->device() != q.device()) {
+      return c10::str("expected query, key and value on one neuron device, got ", q.device(), ", ",
+                      k.device(), ", ", v.device());
+    }
+    if (t->scalar_type() != q.scalar_type() || !kernel_dtype(t->scalar_type())) {
+      return c10::str("expected query, key and value of one dtype among float32, bfloat16, "
+                      "float16, got ", q.scalar_type(), ", ", k.scalar_type(), ", ", v.scalar_type());
+    }
+    if (!plain(*t)) return "expected strided, non-nested tensors without conj/neg bits";
+  }
+  const int64_t B = q.size(0), Hq = q.size(1), L = q.size(2), Hkv = k.size(1), S = k.size(2);
+  if (k.size(0) != B || v.size(0) != B || v.size(1) != Hkv || v.size(2) != S ||
+      k.size(3) != q.size(3)) {
+    return c10::str("shapes do not match: query ", q.sizes(), ", key ", k.sizes(), ", value ",
+                    v.sizes());
+  }
+  if (Hkv > 0 ? Hq % Hkv != 0 : Hq != 0) {
+    return c10::str("query heads (", Hq, ") must be a multiple of key/value heads (", Hkv, ")");
+  }
+  if (mask.defined()) {
+    const bool dtype_ok = kernel_dtype(mask.scalar_type()) ||
+                          (bool_mask_ok && mask.scalar_type() == at::kBool);
+    if (mask.device() != q.device() || !dtype_ok || !plain(mask)) {
+      return c10::str("expected a floating attn_bias on ", q.device(), ", got ", mask.scalar_type(),
+                      " on ", mask.device());
+    }
+    if (mask.dim() > 4 || !at::is_expandable_to(mask.sizes(), {B, Hq, L, S})) {
+      return c10::str("attn_bias of shape ", mask.sizes(), " does not broadcast to [", B, ", ",
+                      Hq, ", ", L, ", ", S, "]");
+    }
+  }
+  return "";
+}
+
 // Whether the kernel takes these arguments (else the math path runs them).
 bool kernel_supports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                      bool enable_gqa) {
   if (dropout_p > 0.0) return false;  // the math path draws the dropout mask
-  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
-  if (!plain(q) || !plain(k) || !plain(v)) return false;
-  if (!is_neuron(q) || k.device() != q.device() || v.device() != q.device()) return false;
-  if (!kernel_dtype(q.scalar_type()) || k.scalar_type() != q.scalar_type() ||
-      v.scalar_type() != q.scalar_type()) {
-    return false;
-  }
-  const int64_t B = q.size(0), Hq = q.size(1), L = q.size(2), Hkv = k.size(1), S = k.size(2);
-  if (k.size(0) != B || v.size(0) != B || v.size(1) != Hkv || v.size(2) != S ||
-      k.size(3) != q.size(3)) {
-    return false;
-  }
-  if (Hq != Hkv && !(enable_gqa && Hkv > 0 && Hq % Hkv == 0)) return false;
-  if (mask && mask->defined()) {
-    if (is_causal) return false;  // the math path reports the conflict
-    const at::Tensor& m = *mask;
-    if (!plain(m) || m.device() != q.device() || m.dim() > 4) return false;
-    if (m.scalar_type() != at::kBool && !kernel_dtype(m.scalar_type())) return false;
-    if (!at::is_expandable_to(m.sizes(), {B, Hq, L, S})) return false;
-  }
-  return true;
+  const bool has_mask = mask && mask->defined();
+  if (has_mask && is_causal) return false;  // the math path reports the conflict
+  if (q.dim() == 4 && k.dim() == 4 && q.size(1) != k.size(1) && !enable_gqa) return false;
+  return unsupported(q, k, v, has_mask ? *mask : at::Tensor(), /*bool_mask_ok=*/true).empty();
 }
 
 nk::View4 view_of(const at::Tensor& t) {
@@ -88,7 +117,7 @@ void aten_parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& b
 // team costs more than their work, and once woken its helper threads spin
 // for a while, taking a core from the host thread that is issuing the next
 // ops. About a million multiply-adds is where two threads start to pay.
-nk::ParallelFor parallel_for_for(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+nk::ParallelFor choose_parallel_for(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const int64_t work = q.size(0) * q.size(1) * q.size(2) * k.size(2) * (k.size(3) + v.size(3));
   if (work < (int64_t{1} << 20)) return nk::serial_for;
   return aten_parallel_for;
@@ -96,32 +125,22 @@ nk::ParallelFor parallel_for_for(const at::Tensor& q, const at::Tensor& k, const
 
 void check_arguments(const char* op, const at::Tensor& q, const at::Tensor& k,
                      const at::Tensor& v, const at::Tensor& mask) {
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
-              ": expected 4-D query, key and value [batch, heads, length, head_dim], got ",
-              q.sizes(), ", ", k.sizes(), ", ", v.sizes());
-  for (const at::Tensor* t : {&q, &k, &v}) {
-    TORCH_CHECK(is_neuron(*t) && t->device() == q.device(), op,
-                ": expected query, key and value on one neuron device, got ", q.device(), ", ",
-                k.device(), ", ", v.device());
-    TORCH_CHECK(t->scalar_type() == q.scalar_type() && kernel_dtype(t->scalar_type()), op,
-                ": expected query, key and value of one dtype among float32, bfloat16, float16, "
-                "got ", q.scalar_type(), ", ", k.scalar_type(), ", ", v.scalar_type());
-    TORCH_CHECK(plain(*t), op, ": expected strided, non-nested tensors without conj/neg bits");
+  const std::string why = unsupported(q, k, v, mask, /*bool_mask_ok=*/false);
+  TORCH_CHECK(why.empty(), op, ": ", why);
+}
+
+// What queued work holds on to: CPU aliases keep the device buffers alive
+// without the user's tensors, whose Python objects must not be released on
+// a worker thread (that needs the GIL, which a worker cannot take while the
+// interpreter shuts down). Views are taken now, so later metadata changes of
+// the user's tensors cannot reach the queued kernel.
+std::vector<at::Tensor> buffers_of(std::initializer_list<at::Tensor> tensors) {
+  std::vector<at::Tensor> aliases;
+  aliases.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) {
+    if (t.defined()) aliases.push_back(cpu_alias(t));
   }
-  const int64_t B = q.size(0), Hq = q.size(1), L = q.size(2), Hkv = k.size(1), S = k.size(2);
-  TORCH_CHECK(k.size(0) == B && v.size(0) == B && v.size(1) == Hkv && v.size(2) == S &&
-                  k.size(3) == q.size(3),
-              op, ": shapes do not match: query ", q.sizes(), ", key ", k.sizes(), ", value ",
-              v.sizes());
-  TORCH_CHECK(Hkv > 0 ? Hq % Hkv == 0 : Hq == 0, op, ": query heads (", Hq,
-              ") must be a multiple of key/value heads (", Hkv, ")");
-  if (mask.defined()) {
-    TORCH_CHECK(mask.device() == q.device() && kernel_dtype(mask.scalar_type()), op,
-                ": expected a floating attn_bias on ", q.device(), ", got ", mask.scalar_type(),
-                " on ", mask.device());
-    TORCH_CHECK(at::is_expandable_to(mask.sizes(), {B, Hq, L, S}), op, ": attn_bias of shape ",
-                mask.sizes(), " does not broadcast to [", B, ", ", Hq, ", ", L, ", ", S, "]");
-  }
+  return aliases;
 }
 
 nk::AttentionParams params_of(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -179,9 +198,9 @@ sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tens
   nk::AttentionParams p = params_of(query, key, value, mask, is_causal, scale);
   // The lambda holds the tensors: their memory stays in use until the kernel ran.
   launch(query.device().index(), kForwardOp,
-         [p, q = query, k = key, v = value, mask, out, lse,
-          parallel = parallel_for_for(query, key, value)]() {
-           nk::attention_forward(p, view_of(out), lse.data_ptr<float>(), parallel);
+         [p, keep = buffers_of({query, key, value, mask, out, lse}), out_view = view_of(out),
+          lse_data = lse.data_ptr<float>(), parallel = choose_parallel_for(query, key, value)]() {
+           nk::attention_forward(p, out_view, lse_data, parallel);
          });
   counter.count(ExecPath::kKernel);
   return {out, lse, at::Tensor(), at::Tensor(), c10::SymInt(L), c10::SymInt(S),
@@ -214,16 +233,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
       want_dbias ? at::zeros({B, Hq, L, S}, query.options().dtype(at::kFloat)) : at::Tensor();
   at::Tensor mask = attn_bias.defined() ? attn_bias.expand({B, Hq, L, S}) : attn_bias;
   nk::AttentionParams p = params_of(query, key, value, mask, is_causal, scale);
+  nk::AttentionGrads g;
+  if (dq.defined()) g.dq = view_of(dq);
+  if (dk.defined()) g.dk = view_of(dk);
+  if (dv.defined()) g.dv = view_of(dv);
+  if (dscores.defined()) g.dscores = dscores.data_ptr<float>();
   launch(query.device().index(), kBackwardOp,
-         [p, q = query, k = key, v = value, mask, out, lse = logsumexp, grad_out, dq, dk, dv,
-          dscores, parallel = parallel_for_for(query, key, value)]() {
-           nk::AttentionGrads g;
-           if (dq.defined()) g.dq = view_of(dq);
-           if (dk.defined()) g.dk = view_of(dk);
-           if (dv.defined()) g.dv = view_of(dv);
-           if (dscores.defined()) g.dscores = dscores.data_ptr<float>();
-           nk::attention_backward(p, view_of(out), lse.data_ptr<float>(), view_of(grad_out), g,
-                                  parallel);
+         [p, g, keep = buffers_of({query, key, value, mask, out, logsumexp, grad_out, dq, dk, dv,
+                                   dscores}),
+          out_view = view_of(out), lse_data = logsumexp.data_ptr<float>(),
+          grad_view = view_of(grad_out), parallel = choose_parallel_for(query, key, value)]() {
+           nk::attention_backward(p, out_view, lse_data, grad_view, g, parallel);
          });
   counter.count(ExecPath::kKernel);
   at::Tensor dbias;
