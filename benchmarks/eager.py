@@ -13,18 +13,17 @@ the target:
     to run them (enqueue must return long before the work finishes).
 Timings on a shared machine are noisy: each figure is the median of several
 repeats, and only ratios within one run are meaningful. Each device is measured in
-its own fresh process (see in_child for why).
+its own fresh process (see fresh_process.py for why).
 """
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 
 import torch
 from torch import nn
+
+from fresh_process import measure_in_fresh_process
 
 
 def sync(device):
@@ -160,21 +159,6 @@ def measure(device_name, reps):
     return out
 
 
-def in_child(device_name, reps):
-    # Each device runs in a fresh process: once the neuron device has run, a
-    # host thread keeps one intra-op thread (TORCHNEURON_HOST_THREADS), and the
-    # device's OpenMP teams change libgomp's spin-waits for everyone; CPU eager
-    # measured in such a process would not be the CPU eager users run.
-    env = dict(os.environ)
-    if device_name == "cpu":
-        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # plain PyTorch
-    cmd = [sys.executable, __file__, "--child", device_name, str(reps)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def main():
     parser = argparse.ArgumentParser(description="neuron vs CPU eager benchmark")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
@@ -187,7 +171,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
           f"neuron: {torch.neuron.get_device_name()}; each device measured in its own process",
           flush=True)
-    c_all, n_all = in_child("cpu", reps), in_child("neuron", reps)
+    c_all, n_all = measure_in_fresh_process(__file__, "cpu", reps), measure_in_fresh_process(__file__, "neuron", reps)
     header = f"  {'case':<22}{'cpu':>14}{'neuron':>14}{'ratio':>10}   {'target':<10}"
 
     print("\nHost latency per op, 16x16 tensors (lower is better; ratio = neuron/cpu)")

@@ -8,19 +8,19 @@ decoding throughput (batch 1 and 8, 128 new tokens, static cache) and the time t
 first token of a 512-token prompt, on CPU and on neuron, and their ratio (target:
 neuron throughput >= 1.0x CPU). Both devices run eager with `disable_compile=True`
 (torchneuron has no torch.compile backend yet). Each device runs in its own fresh
-process (see in_child for why).
+process (see fresh_process.py for why).
 """
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from fresh_process import measure_in_fresh_process  # noqa: E402
 
 
 def build(dtype):
@@ -78,22 +78,6 @@ def measure(device_name, dtype_name, new_tokens, prompt):
     return out
 
 
-def in_child(device_name, dtype_name, new_tokens, prompt):
-    # Each device runs in a fresh process: the device's worker threads run
-    # OpenMP teams of their own, and once a process holds more OpenMP threads
-    # than cores, libgomp shortens every spin-wait (GOMP's throttled spin
-    # count), which slows CPU eager in that process by up to a third. Separate
-    # processes measure each device as its users run it.
-    env = dict(os.environ)
-    if device_name == "cpu":
-        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # plain PyTorch, no neuron device
-    cmd = [sys.executable, __file__, "--child", device_name, dtype_name, str(new_tokens), str(prompt)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def main():
     parser = argparse.ArgumentParser(description="neuron vs CPU generation benchmark")
     parser.add_argument("--quick", action="store_true", help="16 new tokens, 128-token prompt")
@@ -109,8 +93,8 @@ def main():
           f"{new_tokens} new tokens, {prompt}-token prompt for time to first token; "
           "each device measured in its own process", flush=True)
     for dtype_name in ("float32", "bfloat16"):
-        c = in_child("cpu", dtype_name, new_tokens, prompt)
-        n = in_child("neuron", dtype_name, new_tokens, prompt)
+        c = measure_in_fresh_process(__file__, "cpu", dtype_name, new_tokens, prompt)
+        n = measure_in_fresh_process(__file__, "neuron", dtype_name, new_tokens, prompt)
         print(f"\n{dtype_name}, {c['params'] / 1e6:.0f}M parameters")
         print(f"  {'case':<28}{'cpu':>12}{'neuron':>12}{'ratio':>9}")
         for batch in (1, 8):

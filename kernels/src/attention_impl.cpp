@@ -88,18 +88,6 @@ void load_rows(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, int
   }
 }
 
-// s[j] = sum_d q[d] * kt[d][j]: outer-product form, no horizontal sums.
-inline void dot_block(const float* __restrict q, const float* __restrict kt, int64_t D,
-                      float* __restrict s) {
-  float acc[kBk] = {};
-  for (int64_t d = 0; d < D; ++d) {
-    const float qd = q[d];
-    const float* __restrict kr = kt + d * kBk;
-    for (int64_t j = 0; j < kBk; ++j) acc[j] += qd * kr[j];
-  }
-  std::memcpy(s, acc, sizeof acc);
-}
-
 // y[e] += a * x[e]
 inline void axpy(float a, const float* __restrict x, float* __restrict y, int64_t n) {
   for (int64_t e = 0; e < n; ++e) y[e] += a * x[e];
@@ -135,6 +123,11 @@ inline void dot_block_tile(const float* const* q, const float* __restrict kt, in
   for (int r = 0; r < NR; ++r) {
     for (int c = 0; c < kBk / 16; ++c) store16(scores[r] + 16 * c, acc[r][c]);
   }
+}
+
+// One row: s[j] = sum_d q[d] * kt[d][j].
+inline void dot_block(const float* q, const float* kt, int64_t D, float* s) {
+  dot_block_tile<1>(&q, kt, D, &s);
 }
 
 // acc_r[0..Dv) += sum_j p_r[j] * vb[j][0..Dv) for NR rows, Dv % 64 == 0.

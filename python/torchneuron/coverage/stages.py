@@ -493,9 +493,14 @@ class Recorder:
         os.replace(tmp, self.path)
 
 
-def run_stage(rec, name, cpu_fn, dev_fn, compare, device, timeout, na_on_cpu_error=False):
-    """Runs one stage; fills rec.record['stages'][name]. Returns the device result or None."""
+def run_stage(rec, name, cpu_fn, dev_fn, compare, device, timeout, na_on_cpu_error=False,
+              not_applicable=None):
+    """Runs one stage; fills rec.record['stages'][name]. Returns the device result or None.
+    With a not_applicable reason the stage is recorded as n/a without running."""
     rec.start(name)
+    if not_applicable:
+        rec.record["stages"][name] = {"status": "n/a", "reason": not_applicable}
+        return None
     info = rec.record["stages"][name]
     t0 = time.perf_counter()
     try:
@@ -531,7 +536,6 @@ def run_stage(rec, name, cpu_fn, dev_fn, compare, device, timeout, na_on_cpu_err
 
 def run_extra_stages(rec, cpu_model, dev_model, device, timeout):
     """generate_padded, sample, forward_bf16, sdpa_vs_eager and pipeline (a CPU failure makes each n/a)."""
-    r = rec.record
     padded = make_padded_inputs()
     ids, mask = make_inputs()
     text = cpu_model.config.get_text_config(decoder=True) if hasattr(cpu_model.config, "get_text_config") else None
@@ -559,15 +563,11 @@ def run_extra_stages(rec, cpu_model, dev_model, device, timeout):
     run_stage(rec, "forward_bf16", cpu_bf16, dev_bf16, compare_bf16, device, timeout, na_on_cpu_error=True)
     bf16.clear()
 
-    reason = sdpa_not_applicable(cpu_model)
-    if reason:
-        rec.start("sdpa_vs_eager")
-        r["stages"]["sdpa_vs_eager"] = {"status": "n/a", "reason": reason}
-    else:
-        run_stage(
-            rec, "sdpa_vs_eager", lambda: stage_sdpa_eager(cpu_model, padded),
-            lambda: stage_sdpa_eager(dev_model, padded), compare_sdpa_eager, device, timeout, na_on_cpu_error=True,
-        )
+    run_stage(
+        rec, "sdpa_vs_eager", lambda: stage_sdpa_eager(cpu_model, padded),
+        lambda: stage_sdpa_eager(dev_model, padded), compare_sdpa_eager, device, timeout, na_on_cpu_error=True,
+        not_applicable=sdpa_not_applicable(cpu_model),
+    )
     # Last: the pipeline may change the models' generation configs.
     run_stage(
         rec, "pipeline", lambda: stage_pipeline(cpu_model, "cpu"), lambda: stage_pipeline(dev_model, device),
@@ -654,16 +654,11 @@ def run_architecture(row, device="neuron", stage_timeout=300.0, result_path=None
             r["sync_ops_error"] = short_error(e)
             drain(device)
 
-    reason = static_not_applicable(cpu_model)
-    if reason:
-        rec.start("generate_static")
-        r["stages"]["generate_static"] = {"status": "n/a", "reason": reason}
-    else:
-        run_stage(
-            rec, "generate_static", lambda: stage_generate(cpu_model, ids, mask, True),
-            lambda: stage_generate(dev_model, dev_ids, dev_mask, True), compare_tokens, device, stage_timeout,
-            na_on_cpu_error=True,
-        )
+    run_stage(
+        rec, "generate_static", lambda: stage_generate(cpu_model, ids, mask, True),
+        lambda: stage_generate(dev_model, dev_ids, dev_mask, True), compare_tokens, device, stage_timeout,
+        na_on_cpu_error=True, not_applicable=static_not_applicable(cpu_model),
+    )
     snap1 = ops_snapshot() if on_neuron else {}
     r["fallback_ops"] = sorted(ops_delta(snap0, snap1, "cpu_copy"))
 
