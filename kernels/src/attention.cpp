@@ -2,28 +2,10 @@
 #include <sstream>
 
 #include "attention_impl.hpp"
+#include "isa.hpp"
 
 namespace neuronkernels {
 namespace {
-
-enum class Isa { kBaseline, kAvx2, kAvx512 };
-
-Isa detect_isa() {
-#if defined(__x86_64__) && defined(NK_HAVE_X86_VARIANTS)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
-    return Isa::kAvx512;
-  }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-#endif
-  return Isa::kBaseline;
-}
-
-Isa isa() {
-  static const Isa chosen = detect_isa();
-  return chosen;
-}
 
 [[noreturn]] void fail(const std::string& what) { throw KernelError("attention: " + what); }
 

@@ -6,9 +6,6 @@
 // empty cache cheap.
 #pragma once
 
-#include <stdexcept>
-#include <string>
-
 #include "neuronkernels/types.hpp"
 
 namespace neuronkernels {
@@ -20,12 +17,6 @@ struct AttentionParams {
   View4 mask;  // additive, viewed as [B, Hq, L, S] (stride 0 where broadcast); data null if none
   bool causal = false;  // row i sees keys j <= i (top-left aligned, like PyTorch)
   float scale = 1.0f;
-};
-
-// Raised for arguments the kernels cannot take (the torch layer checks first
-// and names the op; this guards direct users).
-struct KernelError : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
 };
 
 // out: [B, Hq, L, Dv] in q's dtype. lse (may be null): [B, Hq, L] float32,

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 
 namespace neuronkernels {
 
@@ -30,6 +31,12 @@ struct View4 {
   int64_t offset(int64_t a, int64_t b, int64_t c, int64_t d) const {
     return a * strides[0] + b * strides[1] + c * strides[2] + d * strides[3];
   }
+};
+
+// Raised for arguments the kernels cannot take (the torch layer checks first
+// and names the op; this guards direct users).
+struct KernelError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
 };
 
 // Runs body(begin, end) over the chunks of [0, n), possibly in parallel. The

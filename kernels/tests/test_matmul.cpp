@@ -1,0 +1,156 @@
+// Skinny matmul against a double-precision reference: both weight layouts,
+// every row-group size, column and K tails, bias broadcasts, strided rows,
+// 16-bit types, zero sizes, several threads — on every instruction-set
+// variant this CPU can run, not only the one the dispatcher picks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "neuronkernels/matmul.hpp"
+#include "../src/isa.hpp"
+#include "../src/matmul_impl.hpp"
+#include "test_buffers.hpp"
+
+namespace nk = neuronkernels;
+
+namespace {
+
+using nk_test::Buffer;
+
+enum class Bias { kNone, kColumns, kFull };
+
+struct Case {
+  const char* name;
+  int64_t M, K, N;
+  bool nt;  // w stored as [N, K] (an nn.Linear weight) rather than [K, N]
+  Bias bias;
+  nk::DType dtype;
+  int64_t pad;  // extra elements at the end of each stored row of x and w
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class SkinnyMatmul : public ::testing::TestWithParam<Case> {};
+
+using Variant = void (*)(const nk::SkinnyMatmulParams&, const nk::ParallelFor&);
+
+std::vector<std::pair<const char*, Variant>> variants() {
+  std::vector<std::pair<const char*, Variant>> v{{"baseline", nk::isa_baseline::skinny_matmul}};
+  if (nk::isa() != nk::Isa::kBaseline) v.emplace_back("avx2", nk::isa_avx2::skinny_matmul);
+  if (nk::isa() == nk::Isa::kAvx512) v.emplace_back("avx512", nk::isa_avx512::skinny_matmul);
+  if (nk::has_avx512_bf16()) v.emplace_back("avx512_bf16", nk::isa_avx512_bf16::skinny_matmul);
+  return v;
+}
+
+void check_case(const Case& c, const char* variant_name, Variant variant) {
+  SCOPED_TRACE(variant_name);
+  const int64_t xld = c.K + c.pad, wld = (c.nt ? c.K : c.N) + c.pad;
+  Buffer x(c.dtype, size_t(c.M * xld)), w(c.dtype, size_t((c.nt ? c.N : c.K) * wld)),
+      bias(c.dtype, size_t(c.M * c.N)), y(c.dtype, size_t(c.M * c.N));
+  std::mt19937 gen(7);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  for (auto* b : {&x, &w, &bias}) {
+    for (size_t i = 0; i < b->bytes.size() / nk::dtype_size(b->dtype); ++i) b->set(i, n01(gen));
+  }
+
+  nk::SkinnyMatmulParams p;
+  p.x = {x.data(), c.dtype, c.M, c.K, xld, 1};
+  p.w = c.nt ? nk::View2{w.data(), c.dtype, c.K, c.N, 1, wld}
+             : nk::View2{w.data(), c.dtype, c.K, c.N, wld, 1};
+  if (c.bias == Bias::kColumns) p.bias = {bias.data(), c.dtype, c.M, c.N, 0, 1};
+  if (c.bias == Bias::kFull) p.bias = {bias.data(), c.dtype, c.M, c.N, c.N, 1};
+  p.y = {y.data(), c.dtype, c.M, c.N, c.N, 1};
+  ASSERT_TRUE(nk::skinny_matmul_supports(p));
+  variant(p, nk_test::threaded_for);
+
+  // float32 accumulation error grows with K; 16-bit outputs add one rounding.
+  const double out_eps = c.dtype == nk::DType::kBFloat16 ? std::ldexp(1.0, -8)
+                         : c.dtype == nk::DType::kFloat16 ? std::ldexp(1.0, -11) : 0.0;
+  for (int64_t m = 0; m < c.M; ++m) {
+    for (int64_t n = 0; n < c.N; ++n) {
+      double want = 0, magnitude = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double term = x.get(size_t(m * xld + k)) *
+                            w.get(size_t(c.nt ? n * wld + k : k * wld + n));
+        want += term;
+        magnitude += std::abs(term);
+      }
+      if (c.bias != Bias::kNone) {
+        const double b = bias.get(size_t((c.bias == Bias::kFull ? m * c.N : 0) + n));
+        want += b;
+        magnitude += std::abs(b);
+      }
+      const double got = y.get(size_t(m * c.N + n));
+      const double tol = out_eps * std::abs(want) + 1e-6 * magnitude + 1e-30;
+      ASSERT_NEAR(got, want, tol) << "row " << m << ", column " << n;
+    }
+  }
+}
+
+TEST_P(SkinnyMatmul, MatchesReference) {
+  for (auto [name, variant] : variants()) check_case(GetParam(), name, variant);
+}
+
+TEST(SkinnyMatmulDispatch, ComputesThroughTheChosenVariant) {
+  std::vector<float> x(4), w(4 * 3), y(3);
+  for (int i = 0; i < 12; ++i) w[size_t(i)] = float(i);
+  x = {1, 2, 3, 4};
+  nk::SkinnyMatmulParams p;
+  p.x = {x.data(), nk::DType::kFloat32, 1, 4, 4, 1};
+  p.w = {w.data(), nk::DType::kFloat32, 4, 3, 3, 1};
+  p.y = {y.data(), nk::DType::kFloat32, 1, 3, 3, 1};
+  nk::skinny_matmul(p);
+  EXPECT_EQ(y, (std::vector<float>{60, 70, 80}));
+}
+
+using D = nk::DType;
+INSTANTIATE_TEST_SUITE_P(
+    Cases, SkinnyMatmul,
+    ::testing::Values(
+        Case{"nt_decode_f32", 1, 768, 96, true, Bias::kNone, D::kFloat32, 0},
+        Case{"nt_decode_bf16", 1, 768, 96, true, Bias::kNone, D::kBFloat16, 0},
+        Case{"nt_decode_f16", 1, 768, 96, true, Bias::kColumns, D::kFloat16, 0},
+        Case{"nt_rows3_tails_bias", 3, 37, 23, true, Bias::kColumns, D::kFloat32, 5},
+        Case{"nt_rows5_bf16", 5, 130, 9, true, Bias::kFull, D::kBFloat16, 3},
+        Case{"nt_rows8_bf16", 8, 256, 64, true, Bias::kNone, D::kBFloat16, 0},
+        Case{"nt_rows16_f32", 16, 100, 33, true, Bias::kColumns, D::kFloat32, 0},
+        Case{"nt_one_column", 2, 50, 1, true, Bias::kNone, D::kFloat32, 1},
+        Case{"nt_short_k", 4, 3, 7, true, Bias::kNone, D::kFloat32, 0},
+        Case{"nn_decode_f32", 1, 200, 256, false, Bias::kColumns, D::kFloat32, 0},
+        Case{"nn_decode_bf16", 1, 200, 200, false, Bias::kNone, D::kBFloat16, 0},
+        Case{"nn_rows6_tails", 6, 33, 130, false, Bias::kFull, D::kFloat32, 7},
+        Case{"nn_narrow_only", 3, 20, 40, false, Bias::kColumns, D::kFloat16, 2},
+        Case{"no_rows", 0, 16, 16, true, Bias::kNone, D::kFloat32, 0},
+        Case{"no_columns", 2, 16, 0, false, Bias::kNone, D::kFloat32, 0},
+        Case{"empty_k_is_bias", 2, 0, 5, true, Bias::kFull, D::kFloat32, 0}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+TEST(SkinnyMatmulArguments, RejectsMismatchedInnerSizes) {
+  std::vector<float> x(2 * 3), w(4 * 5), y(2 * 5);
+  nk::SkinnyMatmulParams p;
+  p.x = {x.data(), D::kFloat32, 2, 3, 3, 1};
+  p.w = {w.data(), D::kFloat32, 4, 5, 5, 1};
+  p.y = {y.data(), D::kFloat32, 2, 5, 5, 1};
+  EXPECT_FALSE(nk::skinny_matmul_supports(p));
+  try {
+    nk::skinny_matmul(p);
+    FAIL() << "expected a KernelError";
+  } catch (const nk::KernelError& e) {
+    EXPECT_NE(std::string(e.what()).find("x has 3 columns but w has 4 rows"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SkinnyMatmulArguments, RejectsWeightsStridedBothWays) {
+  std::vector<float> x(2 * 4), w(64), y(2 * 3);
+  nk::SkinnyMatmulParams p;
+  p.x = {x.data(), D::kFloat32, 2, 4, 4, 1};
+  p.w = {w.data(), D::kFloat32, 4, 3, 6, 2};
+  p.y = {y.data(), D::kFloat32, 2, 3, 3, 1};
+  EXPECT_FALSE(nk::skinny_matmul_supports(p));
+  EXPECT_THROW(nk::skinny_matmul(p), nk::KernelError);
+}
+
+}  // namespace
