@@ -96,7 +96,7 @@ def test_one_failing_architecture_does_not_stop_the_run(tmp_path):
 def test_distinct_errors_group_across_architectures(tmp_path):
     # Device errors name the architecture in front (hf_integration); the report groups them without it.
     from torchneuron.coverage import report
-    from torchneuron.coverage.stages import STAGES as TOOL_STAGES
+    from torchneuron.coverage.common import STAGES as TOOL_STAGES
 
     def failed(model_type, cls):
         stages = {s: {"status": "pass"} for s in TOOL_STAGES}

@@ -5,7 +5,8 @@ the device with identical weights, and compares forward logits, greedy generatio
 with the dynamic and the static cache, gradients, a left-padded batch, sampling,
 bfloat16 logits, sdpa against eager attention and the text-generation pipeline.
 See `cli` for the command line (`python -m torchneuron.coverage --list FILE --out
-DIR`), `tiny_configs` for the configurations and `stages` for what is compared.
+DIR`), `tiny_configs` for the configurations, `runner` for how a stage runs, and
+`model_stages` and `generation_stages` for what each stage compares.
 """
 
 
@@ -16,7 +17,7 @@ def main(argv=None):
 
 
 def run_architecture(row, **kwargs):
-    from .stages import run_architecture as _run
+    from .runner import run_architecture as _run
 
     return _run(row, **kwargs)
 

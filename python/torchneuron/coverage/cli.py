@@ -30,7 +30,7 @@ def read_list(path):
 
 
 def failed_record(row, stage, error, partial=None):
-    from .stages import STAGES
+    from .common import STAGES
 
     rec = dict(partial or {})
     rec.update(model_type=row["model_type"], causal_lm_class=row["causal_lm_class"],
@@ -88,7 +88,7 @@ def run_in_worker(row, args, log_dir):
 
 
 def run_in_process(row, args, log_dir):
-    from .stages import run_architecture
+    from .runner import run_architecture
 
     try:
         return run_architecture(row, device=args.device, stage_timeout=args.stage_timeout,
@@ -148,7 +148,7 @@ def parse_args(argv):
 
 
 def worker_main(args):
-    from .stages import run_architecture
+    from .runner import run_architecture
 
     row = json.loads(args.worker)
     rec = run_architecture(row, device=args.device, stage_timeout=args.stage_timeout, result_path=args.result,
@@ -178,7 +178,7 @@ def main(argv=None):
 
     meta = dict(versions(), device=args.device, new_tokens=None, architectures=len(rows),
                 command="python -m torchneuron.coverage " + " ".join(shlex.quote(a) for a in argv))
-    from .stages import NEW_TOKENS
+    from .common import NEW_TOKENS
 
     meta["new_tokens"] = NEW_TOKENS
     run = run_in_process if args.in_process else run_in_worker

@@ -3,7 +3,7 @@ import json
 import os
 import re
 
-from .stages import EXTRA_TOKENS, PADDED_LENGTHS, STAGES
+from .common import EXTRA_TOKENS, PADDED_LENGTHS, STAGES
 
 STATUS_MARK = {"pass": "pass", "fail": "FAIL", "n/a": "n/a", "not run": "-"}
 

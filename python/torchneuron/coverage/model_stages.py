@@ -1,0 +1,139 @@
+"""to_device, forward, backward and forward_bf16: one call of the model, compared
+by its parameters, logits or gradients rather than by generated tokens."""
+import copy
+
+import torch
+
+from .common import SEED, max_abs_diff, short_error
+from .tiny_configs import build_config, check_config
+
+# Gradients add up many products: a little looser than the float32 defaults.
+GRAD_TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def build_cpu_model(row):
+    import transformers
+
+    config, kwargs = build_config(row)
+    problems = check_config(config)
+    if problems:
+        raise ValueError("config: " + "; ".join(problems))
+    torch.manual_seed(SEED)
+    model_class = getattr(transformers, row["causal_lm_class"])
+    return model_class(config).to(torch.float32).eval(), kwargs
+
+
+def shared_parameter_groups(model):
+    """Lists of names that refer to one Parameter object (tied weights)."""
+    groups = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def set_parameter(model, name, param):
+    module_name, _, attr = name.rpartition(".")
+    setattr(model.get_submodule(module_name) if module_name else model, attr, param)
+
+
+def move_to_device(cpu_model, device):
+    """model.to(device) as a user writes it; returns (device model, problems).
+
+    Checks that parameter sharing (tied embeddings, shared blocks) survives the
+    move; where it did not, re-ties the device model like the CPU model so that the
+    later stages still compare the same computation."""
+    dev_model = copy.deepcopy(cpu_model).to(device)
+    # The same weights on both sides (a plain copy of the CPU state_dict).
+    dev_model.load_state_dict({k: v.to(device) for k, v in cpu_model.state_dict().items()})
+    dev_model.eval()
+    problems = []
+    for names in shared_parameter_groups(cpu_model):
+        params = [dev_model.get_parameter(n) for n in names]
+        if any(p is not params[0] for p in params[1:]):
+            problems.append(" = ".join(names))
+            for n in names[1:]:
+                set_parameter(dev_model, n, params[0])
+    wrong = [n for n, p in dev_model.named_parameters() if p.device.type != torch.device(device).type]
+    if wrong:
+        problems.append(f"{len(wrong)} parameters not on {device}, e.g. {wrong[0]}")
+    return dev_model, problems
+
+
+def stage_forward(model, ids, mask):
+    """Logits of one batch; compared with the float32 tolerances of `torch.testing.assert_close`."""
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask).logits.detach()
+
+
+def sdpa_not_applicable(model):
+    if not getattr(model, "_supports_sdpa", False):
+        return f"{type(model).__name__} has no sdpa attention"
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl != "sdpa":
+        return f"attention defaults to {impl!r}, not 'sdpa'"
+    return None
+
+
+def eager_copy(model):
+    copied = copy.deepcopy(model)
+    copied.set_attn_implementation("eager")
+    return copied
+
+
+def compare_bf16(ref, got):
+    """The model in bfloat16 on both sides: the device's logits must be about as
+    close to the float32 model's as CPU's, at most twice CPU's largest error (with
+    its default attention or, for sdpa models, eager attention, whichever is
+    larger), plus the float32 tolerance. The device may round differently (it has
+    its own attention kernel), and in mixture-of-experts models a rounding
+    difference can pick another expert, on CPU as well."""
+    ref_bf16, exact, ref_eager = ref
+    got = got.cpu()
+    if got.dtype != ref_bf16.dtype:  # bfloat16, or float32 for models that upcast their logits
+        raise AssertionError(f"device logits are {got.dtype}, CPU's {ref_bf16.dtype}")
+    device_error, cpu_error = max_abs_diff(exact, got), max_abs_diff(exact, ref_bf16)
+    extra = {"cpu_error": cpu_error}
+    # CPU's bfloat16 error with either attention: a router that picks experts by comparing
+    # scores (phimoe) turns a rounding difference into a different expert on CPU as well.
+    noise = cpu_error
+    if ref_eager is not None:
+        extra["cpu_eager_error"] = max_abs_diff(exact, ref_eager)
+        noise = max(noise, extra["cpu_eager_error"])
+    # Twice that, plus the float32 tolerance of the forward stage.
+    limit = 2 * noise + 1e-5
+    if not device_error <= limit:
+        raise AssertionError(f"bfloat16 logits on the device are {device_error:.3g} from the float32 model's, "
+                             f"CPU's are {cpu_error:.3g} (limit {limit:.3g})")
+    return device_error, extra
+
+
+def stage_backward(model, ids, mask):
+    """Gradients of the language-modelling loss for every parameter."""
+    model.zero_grad(set_to_none=True)
+    # No cache: a training step does not need one (and RWKV updates its cached state in place).
+    out = model(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False)
+    loss = out.loss if getattr(out, "loss", None) is not None else out.logits.float().sum()
+    loss.backward()
+    grads = {n: (None if p.grad is None else p.grad.detach()) for n, p in model.named_parameters() if p.requires_grad}
+    return loss.detach(), grads
+
+
+def compare_grads(ref, got):
+    ref_loss, ref_grads = ref
+    loss, grads = got
+    torch.testing.assert_close(loss.cpu(), ref_loss)
+    worst = max_abs_diff(ref_loss, loss)
+    if set(ref_grads) != set(grads):
+        raise AssertionError(f"parameters differ: {sorted(set(ref_grads) ^ set(grads))[:5]}")
+    for name, g_ref in ref_grads.items():
+        g = grads[name]
+        if (g_ref is None) != (g is None):
+            raise AssertionError(f"gradient of {name} is {'missing' if g is None else 'unexpected'} on the device")
+        if g is None:
+            continue
+        try:
+            torch.testing.assert_close(g.cpu(), g_ref, equal_nan=True, **GRAD_TOL)
+        except AssertionError as e:
+            raise AssertionError(f"gradient of {name}: {short_error(e, 400)}") from None
+        worst = max(worst, max_abs_diff(g_ref, g))
+    return worst
