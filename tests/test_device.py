@@ -105,6 +105,32 @@ _LAUNCH_BLOCKING = """
     print((x + 1).sum().item() == (x.cpu() + 1).sum().item())
 """
 
+_IS_INITIALIZED = """
+    import multiprocessing as mp
+    import torch
+
+    def child(q):
+        q.put(torch.neuron.is_initialized())
+
+    if __name__ == "__main__":
+        print(torch.neuron.is_initialized())
+        # queries do not initialize, as with torch.cuda
+        torch.neuron.is_available(), torch.neuron.device_count(), torch.neuron.current_device()
+        print(torch.neuron.is_initialized())
+        x = torch.ones(2, device="neuron")
+        print(torch.neuron.is_initialized())
+        # queued work starts a worker thread, so a child forked now cannot use the device
+        for _ in range(2):
+            (x * 2).cpu()
+        torch.neuron.synchronize()
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        p = ctx.Process(target=child, args=(q,))
+        p.start()
+        print(q.get(timeout=30))
+        p.join(30)
+"""
+
 _CONFIGS = {
     "autoload": (_AUTOLOAD, {}),
     "no_autoload": (_NO_AUTOLOAD, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}),
@@ -117,6 +143,7 @@ _CONFIGS = {
     "bad_memory": (_INVALID, {"TORCHNEURON_DEVICE_MEMORY": "lots"}),
     "fork": (_FORK, {}),
     "launch_blocking": (_LAUNCH_BLOCKING, {"NEURON_LAUNCH_BLOCKING": "1"}),
+    "is_initialized": (_IS_INITIALIZED, {}),
 }
 
 
@@ -157,6 +184,12 @@ def test_current_accelerator_is_neuron():
 def test_default_configuration_has_two_cores():
     assert torch.neuron.is_available()
     assert torch.neuron.device_count() == 2
+
+
+@pytest.mark.timeout(150)
+def test_is_initialized_once_the_device_is_used(children):
+    lines = children["is_initialized"].wait(timeout=120).stdout.splitlines()
+    assert lines == ["False", "False", "True", "False"]  # the last from a forked child
 
 
 def test_current_device_and_set_device(two_cores):

@@ -6,6 +6,7 @@ and amp in their own files.
 from ._amp import get_amp_supported_dtype, is_bf16_supported
 from ._device import (
     _is_in_bad_fork,
+    _lazy_init,
     current_device,
     device,
     device_count,

@@ -60,8 +60,18 @@ def init():
     _initialized = True
 
 
+def _lazy_init():
+    """Called by torch before the first neuron tensor of the process is made (as
+    torch.cuda._lazy_init is), so that is_initialized() reports the use. Without
+    a device the tensor's own creation raises the clear error, so nothing here."""
+    global _initialized
+    if _C._device_count() > 0:
+        _initialized = True
+
+
 def is_initialized() -> bool:
-    return _initialized
+    # Like torch.cuda: a child forked after the device started work cannot use it.
+    return _initialized and not _C._is_in_bad_fork()
 
 
 def _is_in_bad_fork() -> bool:
