@@ -163,7 +163,7 @@ size_t capped_capacity(size_t requested, size_t mem_available, int cores) {
 
 Config make_config(const char* visible_cores, const char* num_cores,
                    const char* device_memory, const char* launch_blocking,
-                   size_t mem_available) {
+                   size_t mem_available, const char* kernel_threads) {
   Config c;
   auto fail = [&c](const std::string& message) {
     c.ok = false;
@@ -201,6 +201,11 @@ Config make_config(const char* visible_cores, const char* num_cores,
                   "1024; case-insensitive)");
     }
   }
+  if (!is_blank(kernel_threads) && !parse_core_count(kernel_threads, &c.kernel_threads)) {
+    return fail(std::string("TORCHNEURON_KERNEL_THREADS='") + kernel_threads +
+                "' is invalid: expected a whole number of threads from 1 to " +
+                std::to_string(kMaxCores));
+  }
   c.capacity = capped_capacity(c.requested_memory, mem_available, c.core_count());
   c.capped = c.capacity < c.requested_memory;
   if (launch_blocking) {
@@ -222,7 +227,8 @@ const Config* load_from_environment() {
                                 std::getenv("NEURON_RT_NUM_CORES"),
                                 std::getenv("TORCHNEURON_DEVICE_MEMORY"),
                                 std::getenv("NEURON_LAUNCH_BLOCKING"),
-                                read_mem_available()));
+                                read_mem_available(),
+                                std::getenv("TORCHNEURON_KERNEL_THREADS")));
 }
 
 std::vector<const Config*>& retired_configs() {

@@ -19,6 +19,7 @@ struct Config {
   size_t capacity = kDefaultDeviceMemory;  // per core, after the host-memory cap
   bool capped = false;
   bool launch_blocking = false;
+  int kernel_threads = 0;            // threads of the device's own kernels; 0 = one per usable CPU
   int core_count() const { return static_cast<int>(physical_cores.size()); }
 };
 
@@ -40,6 +41,6 @@ size_t capped_capacity(size_t requested, size_t mem_available, int cores);
 // Builds a configuration from raw variable values (nullptr = unset).
 Config make_config(const char* visible_cores, const char* num_cores,
                    const char* device_memory, const char* launch_blocking,
-                   size_t mem_available);
+                   size_t mem_available, const char* kernel_threads = nullptr);
 
 }  // namespace neuronrt::detail

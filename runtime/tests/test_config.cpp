@@ -126,6 +126,18 @@ TEST(Config, ErrorMessagesNameVariableValueAndForms) {
   c = make_config(nullptr, nullptr, "lots", nullptr, 0);
   EXPECT_NE(c.error.find("TORCHNEURON_DEVICE_MEMORY='lots'"), std::string::npos) << c.error;
   EXPECT_NE(c.error.find("512MiB"), std::string::npos) << c.error;
+  c = make_config(nullptr, nullptr, nullptr, nullptr, 0, "two");
+  EXPECT_NE(c.error.find("TORCHNEURON_KERNEL_THREADS='two'"), std::string::npos) << c.error;
+  EXPECT_NE(c.error.find("1 to 256"), std::string::npos) << c.error;
+}
+
+TEST(Config, KernelThreads) {
+  auto c = make_config(nullptr, nullptr, nullptr, nullptr, 0);
+  EXPECT_EQ(c.kernel_threads, 0);  // one per usable CPU
+  c = make_config(nullptr, nullptr, nullptr, nullptr, 0, " 3 ");
+  ASSERT_TRUE(c.ok) << c.error;
+  EXPECT_EQ(c.kernel_threads, 3);
+  EXPECT_FALSE(make_config(nullptr, nullptr, nullptr, nullptr, 0, "0").ok);
 }
 
 TEST(ConfigEnv, VisibleCoresRange) {

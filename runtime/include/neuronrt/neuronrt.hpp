@@ -83,6 +83,22 @@ void set_worker_init(void (*fn)(int device));
 // reports its failure at once.
 bool launch_blocking();
 
+// ---- Compute threads of the device's kernels --------------------------------
+// Runs body(begin, end) over chunks of [0, n), on the calling thread and the
+// runtime's compute helpers (kernel_threads() - 1 threads, started on first
+// use). Chunks are claimed, not assigned, so a helper the OS has not
+// scheduled costs only the chunk it holds, not the whole job. Helpers spin
+// for a few microseconds after a job, then sleep: back-to-back kernels find
+// them awake, an idle device leaves the cores to the host. One job runs at a
+// time; a call made meanwhile (another stream's worker, or from inside a
+// body) runs serially on its caller. An exception from body is rethrown
+// here after every chunk has finished.
+void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& body);
+
+// Threads parallel_for uses, the caller included: TORCHNEURON_KERNEL_THREADS,
+// or the number of CPUs this process may run on.
+int kernel_threads();
+
 // ---- Caching device allocator ----------------------------------------------
 struct Stat {
   int64_t current = 0;
