@@ -23,6 +23,7 @@
 #include "csrc/runtime/NeuronFunctions.h"
 #include "csrc/runtime/NeuronGenerator.h"
 #include "csrc/runtime/NeuronHooks.h"
+#include "csrc/runtime/WorkerThreads.h"
 
 namespace torchneuron {
 namespace {
@@ -217,6 +218,19 @@ Stack build_outputs(const OpPlan& plan, const OutputLayout& layout, const Stack&
   return results;
 }
 
+// The largest tensor among the op's arguments and results, in elements: how
+// the worker decides whether the CPU kernel gets its OpenMP team
+// (csrc/runtime/WorkerThreads.h).
+int64_t largest_tensor(const Stack& args, const Stack& results) {
+  int64_t largest = 0;
+  auto visit = [&largest](const at::Tensor& t) {
+    if (t.defined()) largest = std::max(largest, t.numel());
+  };
+  for (const IValue& v : args) for_each_tensor(v, visit);
+  for (const IValue& v : results) for_each_tensor(v, visit);
+  return largest;
+}
+
 enum class AsyncResult { kDone, kValidate, kSyncSignature };
 
 // Queues the op. Leaves the stack untouched and returns kSyncSignature when
@@ -282,11 +296,13 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
     }
     launch(device, plan.name.c_str(),
            [op = *plan.out_op, &ok = plan.out_op_ok, cpu_stack = std::move(cpu_stack),
-            expected = std::move(expected)]() mutable {
+            expected = std::move(expected), elements = largest_tensor(args, results),
+            matrix = plan.keeps_team]() mutable {
              const size_t first_out = cpu_stack.size() - expected.size();
              std::vector<at::Tensor> outs;
              for (size_t i = 0; i < expected.size(); ++i) outs.push_back(cpu_stack[first_out + i].toTensor());
              at::AutoDispatchBelowADInplaceOrView below_autograd;
+             WorkerParallelism threads(elements, matrix);
              redispatch(op, c10::DispatchKey::CPU, &cpu_stack);
              // A kernel that used an output as scratch of another shape has
              // moved it to host memory: copy the result into the device buffer.
@@ -307,8 +323,10 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
       if (ret_fresh[r]) fresh_aliases[r] = map_tensors(results[r], al);
     }
     launch(device, plan.name.c_str(),
-           [op, cpu_stack = std::move(cpu_stack), fresh_aliases = std::move(fresh_aliases)]() mutable {
+           [op, cpu_stack = std::move(cpu_stack), fresh_aliases = std::move(fresh_aliases),
+            elements = largest_tensor(args, results), matrix = plan.keeps_team]() mutable {
              at::AutoDispatchBelowADInplaceOrView below_autograd;
+             WorkerParallelism threads(elements, matrix);
              redispatch(op, c10::DispatchKey::CPU, &cpu_stack);
              for (size_t r = 0; r < fresh_aliases.size(); ++r) {
                const IValue& want = fresh_aliases[r];

@@ -109,6 +109,14 @@ OpPlan& plan_for(const c10::OperatorHandle& op) {
   if (!schema.overload_name().empty()) plan->name += "." + schema.overload_name();
   plan->counter = &op_counter(plan->name);
   plan->facts.key_float_values = schema.name() == "aten::arange" || schema.name() == "aten::range";
+  static const std::unordered_set<std::string> kMatrixOps = {
+      "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
+      "aten::_addmm_activation", "aten::mv", "aten::addmv", "aten::matmul", "aten::linear",
+      "aten::convolution", "aten::convolution_backward", "aten::_convolution",
+      "aten::mkldnn_convolution", "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward",
+      "aten::slow_conv3d_forward", "aten::_conv_depthwise2d", "aten::slow_conv_transpose2d",
+      "aten::slow_conv_transpose3d", "aten::slow_conv_dilated2d", "aten::slow_conv_dilated3d"};
+  plan->keeps_team = kMatrixOps.count(schema.name()) > 0;
   const auto& args = schema.arguments();
   for (const auto& a : args) {
     if (a.alias_info() && a.alias_info()->isWrite()) plan->has_mutable_arg = true;

@@ -31,6 +31,10 @@ struct OpPlan {
   // outputs are then written by the CPU kernel in place, with no copy.
   std::optional<c10::OperatorHandle> out_op;
   std::atomic<bool> out_op_ok{true};  // false once its kernel used `out` as scratch
+  // Matrix products and convolutions: work grows faster than the operands,
+  // so their CPU kernels keep the worker's OpenMP team at any size
+  // (csrc/runtime/WorkerThreads.h).
+  bool keeps_team = false;
 };
 
 // The plan of an op (built on first use; thread-safe; never freed).

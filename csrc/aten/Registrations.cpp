@@ -8,6 +8,7 @@
 #include "csrc/aten/native/Copy.h"
 #include "csrc/aten/native/Elementwise.h"
 #include "csrc/aten/native/Factory.h"
+#include "csrc/aten/native/Matmul.h"
 #include "csrc/aten/native/Random.h"
 #include "csrc/aten/native/Streams.h"
 #include "csrc/aten/native/Views.h"
@@ -41,6 +42,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("div.Tensor", TORCH_FN(native::div));
   m.impl("add_.Tensor", TORCH_FN(native::add_));
   m.impl("mul_.Tensor", TORCH_FN(native::mul_));
+  // matrix products with few rows (general cases go on to the fallback)
+  m.impl("mm", TORCH_FN(native::mm));
+  m.impl("addmm", TORCH_FN(native::addmm));
   // convolutions (PyTorch routes out-of-tree devices to the overrideable ops)
   m.impl("convolution_overrideable", TORCH_FN(native::convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));

@@ -5,7 +5,6 @@
 
 #include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>
-#include <ATen/Parallel.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/empty.h>
@@ -17,6 +16,7 @@
 
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/OpStats.h"
+#include "csrc/aten/native/KernelSupport.h"
 
 namespace torchneuron::native {
 namespace {
@@ -25,15 +25,6 @@ namespace nk = neuronkernels;
 
 constexpr const char* kForwardOp = "aten::_scaled_dot_product_fused_attention_overrideable";
 constexpr const char* kBackwardOp = "aten::_scaled_dot_product_fused_attention_overrideable_backward";
-
-std::optional<nk::DType> kernel_dtype(c10::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return nk::DType::kFloat32;
-    case at::kBFloat16: return nk::DType::kBFloat16;
-    case at::kHalf: return nk::DType::kFloat16;
-    default: return std::nullopt;
-  }
-}
 
 bool is_neuron(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
 
@@ -107,40 +98,18 @@ nk::View4 view_of(const at::Tensor& t) {
   return v;
 }
 
-// The kernels share ATen's intra-op thread pool, as ATen's own CPU kernels
-// running on the device's queue do.
-void aten_parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
-  at::parallel_for(0, n, 1, body);
-}
-
-// Small problems (decode steps) run on the worker alone: waking the OpenMP
-// team costs more than their work, and once woken its helper threads spin
-// for a while, taking a core from the host thread that is issuing the next
-// ops. About a million multiply-adds is where two threads start to pay.
+// Tiny problems run on the worker alone: under a few microseconds of work,
+// handing out chunks costs more than it saves.
 nk::ParallelFor choose_parallel_for(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const int64_t work = q.size(0) * q.size(1) * q.size(2) * k.size(2) * (k.size(3) + v.size(3));
-  if (work < (int64_t{1} << 20)) return nk::serial_for;
-  return aten_parallel_for;
+  if (work < kMinParallelWork) return nk::serial_for;
+  return device_parallel_for;
 }
 
 void check_arguments(const char* op, const at::Tensor& q, const at::Tensor& k,
                      const at::Tensor& v, const at::Tensor& mask) {
   const std::string why = unsupported(q, k, v, mask, /*bool_mask_ok=*/false);
   TORCH_CHECK(why.empty(), op, ": ", why);
-}
-
-// What queued work holds on to: CPU aliases keep the device buffers alive
-// without the user's tensors, whose Python objects must not be released on
-// a worker thread (that needs the GIL, which a worker cannot take while the
-// interpreter shuts down). Views are taken now, so later metadata changes of
-// the user's tensors cannot reach the queued kernel.
-std::vector<at::Tensor> buffers_of(std::initializer_list<at::Tensor> tensors) {
-  std::vector<at::Tensor> aliases;
-  aliases.reserve(tensors.size());
-  for (const at::Tensor& t : tensors) {
-    if (t.defined()) aliases.push_back(cpu_alias(t));
-  }
-  return aliases;
 }
 
 nk::AttentionParams params_of(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -196,9 +165,9 @@ sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tens
   at::Tensor lse = at::empty({B, Hq, L}, query.options().dtype(at::kFloat));
   at::Tensor mask = bias.defined() ? bias.expand({B, Hq, L, S}) : bias;
   nk::AttentionParams p = params_of(query, key, value, mask, is_causal, scale);
-  // The lambda holds the tensors: their memory stays in use until the kernel ran.
+  // The lambda holds the storages: their memory stays in use until the kernel ran.
   launch(query.device().index(), kForwardOp,
-         [p, keep = buffers_of({query, key, value, mask, out, lse}), out_view = view_of(out),
+         [p, keep = storages_of({&query, &key, &value, &mask, &out, &lse}), out_view = view_of(out),
           lse_data = lse.data_ptr<float>(), parallel = choose_parallel_for(query, key, value)]() {
            nk::attention_forward(p, out_view, lse_data, parallel);
          });
@@ -239,8 +208,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
   if (dv.defined()) g.dv = view_of(dv);
   if (dscores.defined()) g.dscores = dscores.data_ptr<float>();
   launch(query.device().index(), kBackwardOp,
-         [p, g, keep = buffers_of({query, key, value, mask, out, logsumexp, grad_out, dq, dk, dv,
-                                   dscores}),
+         [p, g, keep = storages_of({&query, &key, &value, &mask, &out, &logsumexp, &grad_out, &dq,
+                                    &dk, &dv, &dscores}),
           out_view = view_of(out), lse_data = logsumexp.data_ptr<float>(),
           grad_view = view_of(grad_out), parallel = choose_parallel_for(query, key, value)]() {
            nk::attention_backward(p, out_view, lse_data, grad_view, g, parallel);

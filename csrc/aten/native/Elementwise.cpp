@@ -9,7 +9,8 @@
 #include "csrc/aten/Fallback.h"
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/OpStats.h"
-#include "csrc/runtime/NeuronAllocator.h"
+#include "csrc/aten/native/Factory.h"
+#include "csrc/runtime/WorkerThreads.h"
 
 namespace torchneuron::native {
 namespace {
@@ -27,14 +28,7 @@ bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor empty_like_dense(const at::Tensor& a) {
-  auto device = a.device().index();
-  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), a.nbytes(), allocate_on(device, a.nbytes()),
-      device_allocator(), /*resizable=*/true));
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), a.dtype());
-  impl->set_sizes_and_strides(a.sizes(), a.strides());
-  return at::Tensor(std::move(impl));
+  return empty_dense(a.device().index(), a.sizes(), a.strides(), a.dtype());
 }
 
 // One direct binary op: its fallback (the general case) and its counter.
@@ -72,8 +66,10 @@ struct BinaryOp {
   template <typename F>
   void queue(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, F out_fn) const {
     launch(a.device().index(), full_name.c_str(),
-           [o = cpu_alias(out), x = cpu_alias(a), y = cpu_alias(b), out_fn]() mutable {
+           [o = cpu_alias(out), x = cpu_alias(a), y = cpu_alias(b), out_fn,
+            elements = out.numel()]() mutable {
              at::AutoDispatchBelowADInplaceOrView below_autograd;
+             WorkerParallelism threads(elements);
              out_fn(o, x, y);
            });
     counter.count(ExecPath::kKernel);

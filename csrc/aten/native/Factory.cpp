@@ -33,6 +33,18 @@ void check_not_pinned(std::optional<bool> pin_memory, const char* op) {
 
 }  // namespace
 
+at::Tensor empty_dense(c10::DeviceIndex device, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                       caffe2::TypeMeta dtype) {
+  const size_t nbytes = static_cast<size_t>(c10::multiply_integers(sizes)) * dtype.itemsize();
+  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), nbytes, allocate_on(device, nbytes),
+      device_allocator(), /*resizable=*/true));
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
+  impl->set_sizes_and_strides(sizes, strides);
+  return at::Tensor(std::move(impl));
+}
+
 void check_dtype(c10::ScalarType dtype, const char* op) {
   switch (dtype) {
     case c10::kFloat: case c10::kBFloat16: case c10::kHalf: case c10::kDouble:

@@ -5,6 +5,12 @@
 
 namespace torchneuron::native {
 
+// A tensor on neuron:`device` with these sizes and strides, made without a
+// trip through the dispatcher (for direct kernels on their hot path; the
+// caller has checked the dtype and that the strides are dense).
+at::Tensor empty_dense(c10::DeviceIndex device, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                       caffe2::TypeMeta dtype);
+
 // Rejects dtypes the device does not support, naming the op.
 void check_dtype(c10::ScalarType dtype, const char* op);
 

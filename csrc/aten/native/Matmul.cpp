@@ -1,0 +1,109 @@
+#include "csrc/aten/native/Matmul.h"
+
+#include <ATen/ExpandUtils.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <neuronkernels/matmul.hpp>
+
+#include "csrc/aten/Fallback.h"
+#include "csrc/aten/Launch.h"
+#include "csrc/aten/OpStats.h"
+#include "csrc/aten/native/Factory.h"
+#include "csrc/aten/native/KernelSupport.h"
+
+namespace torchneuron::native {
+namespace {
+
+namespace nk = neuronkernels;
+
+bool is_plain_neuron(const at::Tensor& t, const at::Tensor& like) {
+  return t.device() == like.device() && t.scalar_type() == like.scalar_type() &&
+         t.layout() == at::kStrided && !t.is_conj() && !t.is_neg();
+}
+
+nk::View2 view_of(const at::Tensor& t, nk::DType dtype) {
+  return {t.data_ptr(), dtype, t.size(0), t.size(1), t.stride(0), t.stride(1)};
+}
+
+// The kernel's arguments when it takes these operands (2-D, one floating
+// dtype on one neuron device, few rows, row-contiguous x, w contiguous along
+// either dimension, bias broadcasting to the output); otherwise nothing, and
+// the general path (with ATen's checks and messages) runs.
+std::optional<nk::SkinnyMatmulParams> skinny_params(const at::Tensor& x, const at::Tensor& w,
+                                                    const at::Tensor* bias) {
+  if (x.dim() != 2 || w.dim() != 2 || !x.is_privateuseone()) return std::nullopt;
+  const auto dtype = kernel_dtype(x.scalar_type());
+  if (!dtype || !is_plain_neuron(x, x) || !is_plain_neuron(w, x)) return std::nullopt;
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(1);
+  if (M < 1 || M > nk::kSkinnyMaxRows || N < 1 || w.size(0) != K) return std::nullopt;
+  if (x.stride(1) != 1 && K > 1) return std::nullopt;
+  if (w.stride(0) != 1 && w.stride(1) != 1) return std::nullopt;
+  nk::SkinnyMatmulParams p;
+  p.x = view_of(x, *dtype);
+  p.w = view_of(w, *dtype);
+  if (bias) {
+    if (!is_plain_neuron(*bias, x) || bias->dim() > 2 || !at::is_expandable_to(bias->sizes(), {M, N})) {
+      return std::nullopt;
+    }
+    p.bias = view_of(bias->expand({M, N}), *dtype);
+  }
+  p.y.dtype = *dtype;
+  p.y.rows = M;
+  p.y.cols = N;
+  p.y.row_stride = N;
+  p.y.col_stride = 1;
+  if (!nk::skinny_matmul_supports(p)) return std::nullopt;
+  return p;
+}
+
+// Queues the kernel into a fresh [M, N] output.
+at::Tensor run_skinny(const char* op, nk::SkinnyMatmulParams p, const at::Tensor& x,
+                      const at::Tensor& w, const at::Tensor* bias) {
+  const int64_t M = p.y.rows, N = p.y.cols;
+  at::Tensor y = empty_dense(x.device().index(), {M, N}, {N, 1}, x.dtype());
+  p.y.data = y.data_ptr();
+  const bool parallel = M * N * p.x.cols >= kMinParallelWork;
+  at::Tensor none;
+  launch(x.device().index(), op,
+         [p, keep = storages_of({&x, &w, bias ? bias : &none, &y}), parallel]() {
+           nk::skinny_matmul(p, parallel ? nk::ParallelFor(device_parallel_for)
+                                         : nk::ParallelFor(nk::serial_for));
+         });
+  return y;
+}
+
+bool is_one(const at::Scalar& s) {
+  if (s.isComplex()) return false;
+  return s.isIntegral(/*includeBool=*/false) ? s.toLong() == 1 : s.toDouble() == 1.0;
+}
+
+}  // namespace
+
+at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
+  static const c10::OperatorHandle handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "");
+  static OpCounter& counter = op_counter("aten::mm");
+  if (auto p = skinny_params(self, mat2, nullptr)) {
+    at::Tensor y = run_skinny("aten::mm", *p, self, mat2, nullptr);
+    counter.count(ExecPath::kKernel);
+    return y;
+  }
+  return call_fallback(handle, self, mat2).back().toTensor();
+}
+
+at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                 const at::Scalar& beta, const at::Scalar& alpha) {
+  static const c10::OperatorHandle handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::addmm", "");
+  static OpCounter& counter = op_counter("aten::addmm");
+  if (is_one(beta) && is_one(alpha)) {
+    if (auto p = skinny_params(mat1, mat2, &self)) {
+      at::Tensor y = run_skinny("aten::addmm", *p, mat1, mat2, &self);
+      counter.count(ExecPath::kKernel);
+      return y;
+    }
+  }
+  return call_fallback(handle, self, mat1, mat2, beta, alpha).back().toTensor();
+}
+
+}  // namespace torchneuron::native

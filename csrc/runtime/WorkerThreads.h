@@ -1,0 +1,40 @@
+// How many threads an ATen CPU kernel gets on a device worker.
+//
+// ATen's CPU kernels on a stream worker run their parallel regions in the
+// worker's OpenMP team, whose helper threads then spin for milliseconds
+// (libgomp's wait before sleeping). In a decode step, small ops that cross
+// ATen's grain size (casting a batch's logits, reducing over them) woke the
+// team every step, and the spinning helper took the core the host thread
+// needed to issue the next ops (a fifth of all samples in a profile of
+// batch-8 bfloat16 decoding). So an op whose largest tensor has fewer than
+// kTeamElements elements runs on the worker alone. Matrix products and
+// convolutions, whose work grows faster than their operands, always keep
+// the team (the fallback marks them, OpPlan::keeps_team).
+//
+// Tried and dropped: giving small ops the team while every host thread is
+// blocked on the device (the helpers' spin then outlasts the wait and meets
+// the next step's issuing: batch-8 bfloat16 decode 0.86 -> 0.62 kilotokens/s).
+#pragma once
+
+#include <cstdint>
+
+namespace torchneuron {
+
+constexpr int64_t kTeamElements = int64_t{1} << 20;
+
+// Scope on a worker thread around an ATen kernel whose largest tensor has
+// `elements` elements: unless it is worth a team (above), the kernel runs on
+// this thread only (its OpenMP thread count drops to 1 and comes back at
+// the end of the scope). `always` keeps the team (matrix products).
+class WorkerParallelism {
+ public:
+  explicit WorkerParallelism(int64_t elements, bool always = false);
+  ~WorkerParallelism();
+  WorkerParallelism(const WorkerParallelism&) = delete;
+  WorkerParallelism& operator=(const WorkerParallelism&) = delete;
+
+ private:
+  int restore_ = 0;
+};
+
+}  // namespace torchneuron

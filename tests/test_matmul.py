@@ -1,0 +1,182 @@
+"""Matrix products with few rows on neuron: mm and addmm with up to 16 rows
+run the device's skinny-matmul kernel (kernels/), everything else the general
+path; both against PyTorch on CPU, with the layouts linear layers produce,
+bias broadcasts, autograd, bad input, and a decode step of a real model."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchneuron
+
+D = "neuron"
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def kernel_runs(op):
+    return torchneuron.executed_ops().get(op, {}).get("kernel", 0)
+
+
+def assert_as_close_as_cpu(got, cpu, exact):
+    """The device's result is about as close to the float64 result as CPU's:
+    both accumulate in float32, in different orders, so neither is the
+    reference for the other's last bits."""
+    assert got.dtype == cpu.dtype and got.shape == cpu.shape
+    scale = exact.abs().max().item() if exact.numel() else 0.0
+    device_error = (got.double() - exact).abs().max().item() if exact.numel() else 0.0
+    cpu_error = (cpu.double() - exact).abs().max().item() if exact.numel() else 0.0
+    floor = torch.finfo(got.dtype).eps * scale
+    assert device_error <= 2 * cpu_error + floor, (device_error, cpu_error, floor)
+
+
+def check(fn, *inputs):
+    """fn on neuron against fn on CPU and in float64."""
+    got = fn(*(t.to(D) for t in inputs)).cpu()
+    assert_as_close_as_cpu(got, fn(*inputs), fn(*(t.double() for t in inputs)))
+
+
+def operands(M, K, N, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=g).to(dtype)
+    w = torch.randn(N, K, generator=g).to(dtype)  # nn.Linear layout: [out, in]
+    b = torch.randn(N, generator=g).to(dtype)
+    return x, w, b
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [1, 2, 5, 8, 16])
+def test_linear_runs_the_kernel_and_matches_cpu(M, dtype):
+    x, w, b = operands(M, 200, 70, dtype)
+    torchneuron.reset_executed_ops()
+    check(F.linear, x, w, b)
+    check(F.linear, x, w)
+    assert kernel_runs("aten::addmm") == 1 and kernel_runs("aten::mm") == 1, torchneuron.executed_ops()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_major_weights(dtype):
+    # x @ W with W stored [K, N] (GPT-2's Conv1D computes addmm(bias, x, W))
+    x, w, b = operands(3, 90, 150, dtype)
+    wt = w.t().contiguous()
+    torchneuron.reset_executed_ops()
+    check(torch.addmm, b, x, wt)
+    check(torch.mm, x, wt)
+    assert kernel_runs("aten::addmm") == 1 and kernel_runs("aten::mm") == 1
+
+
+def test_batched_linear_input_folds_into_the_kernel():
+    # [batch, 1, hidden] activations of a decode step reach mm as [batch, hidden]
+    x, w, b = operands(4, 64, 48, torch.float32)
+    x3 = x.view(4, 1, 64)
+    torchneuron.reset_executed_ops()
+    check(F.linear, x3, w)
+    assert kernel_runs("aten::mm") == 1
+
+
+@pytest.mark.parametrize("bias_shape", [(1, 30), (4, 30), (4, 1), ()])
+def test_bias_broadcasts(bias_shape):
+    x, w, _ = operands(4, 20, 30, torch.float32)
+    bias = torch.randn(bias_shape)
+    torchneuron.reset_executed_ops()
+    check(torch.addmm, bias, x, w.t())
+    assert kernel_runs("aten::addmm") == 1
+
+
+@pytest.mark.parametrize("case", ["17_rows", "beta_alpha", "strided_x", "strided_w", "float64",
+                                  "int64", "empty_rows"])
+def test_other_cases_take_the_general_path_correctly(case):
+    x, w, b = operands(4, 24, 10, torch.float32)
+    mat2 = w.t()
+    beta, alpha = 1, 1
+    if case == "17_rows":
+        x = torch.randn(17, 24)
+    elif case == "beta_alpha":
+        beta, alpha = 0.5, 2.0
+    elif case == "strided_x":
+        x = torch.randn(24, 4).t()  # columns of x not contiguous
+    elif case == "strided_w":
+        mat2 = torch.randn(48, 20)[::2, ::2]  # contiguous along neither dimension
+    elif case == "float64":
+        x, mat2, b = x.double(), mat2.double(), b.double()
+    elif case == "int64":
+        x, mat2, b = (torch.randint(-5, 5, t.shape) for t in (x, mat2, b))
+    elif case == "empty_rows":
+        x = x[:0]
+    # the device operands keep the CPU operands' strides (a strided view is viewed again)
+    mat2_dev = mat2.to(D) if case != "strided_w" else mat2._base.to(D)[::2, ::2]
+    assert mat2_dev.stride() == mat2.stride()
+    torchneuron.reset_executed_ops()
+    got = torch.addmm(b.to(D), x.to(D), mat2_dev, beta=beta, alpha=alpha).cpu()
+    assert kernel_runs("aten::addmm") == 0, torchneuron.executed_ops()
+    torch.testing.assert_close(got, torch.addmm(b, x, mat2, beta=beta, alpha=alpha))
+
+
+def test_empty_inner_dimension_gives_the_bias():
+    x, w, b = operands(3, 0, 5, torch.float32)
+    got = torch.addmm(b.to(D), x.to(D), w.t().to(D)).cpu()
+    torch.testing.assert_close(got, b.expand(3, 5))
+
+
+def test_nonfinite_values_propagate():
+    x, w, b = operands(2, 40, 9, torch.float32)
+    x[0, 3], w[5, 7] = float("nan"), float("inf")
+    got = F.linear(x.to(D), w.to(D), b.to(D)).cpu()
+    torch.testing.assert_close(got, F.linear(x, w, b), equal_nan=True)
+
+
+def test_inputs_changed_later_do_not_reach_the_queued_product():
+    x, w, _ = operands(2, 64, 32, torch.float32)
+    xd, wd = x.to(D), w.to(D)
+    y = xd @ wd.t()
+    xd.zero_()
+    wd.fill_(7.0)
+    torch.testing.assert_close(y.cpu(), x @ w.t())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_autograd_through_the_kernel(dtype):
+    x, w, b = operands(3, 50, 20, dtype)
+    grads = {}
+    for name, dev, dt in (("cpu", "cpu", dtype), (D, D, dtype), ("exact", "cpu", torch.float64)):
+        xs, ws, bs = (t.detach().to(dev, dt).requires_grad_() for t in (x, w, b))
+        F.linear(xs, ws, bs).float().square().sum().backward()
+        grads[name] = [t.grad.cpu() for t in (xs, ws, bs)]
+    for got, cpu, exact in zip(grads[D], grads["cpu"], grads["exact"]):
+        assert_as_close_as_cpu(got, cpu, exact)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("shapes", "mat1 and mat2 shapes cannot be multiplied (2x8 and 9x5)"),
+    ("dtypes", "expected m1 and m2 to have the same dtype"),
+    ("devices", "neuron"),
+])
+def test_bad_input_is_reported_and_the_device_keeps_working(case, message):
+    x, w = torch.randn(2, 8, device=D), torch.randn(5, 8, device=D)
+    if case == "shapes":
+        w = torch.randn(5, 9, device=D)
+    elif case == "dtypes":
+        w = w.bfloat16()
+    elif case == "devices":
+        w = w.cpu()
+    with pytest.raises((RuntimeError, TypeError)) as err:
+        torch.mm(x, w.t())
+    assert message in str(err.value)
+    good = torch.ones(1, 4, device=D) @ torch.ones(4, 3, device=D)
+    assert good.cpu().tolist() == [[4.0, 4.0, 4.0]]
+
+
+def test_decode_step_of_a_model_uses_the_kernel():
+    transformers = pytest.importorskip("transformers", reason="Hugging Face Transformers is not installed")
+    config = transformers.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    want = model.generate(ids, **kw)
+    model.to(D)
+    torchneuron.reset_executed_ops()
+    got = model.generate(ids.to(D), **kw)
+    assert torch.equal(got.cpu(), want)
+    # 7 projections per layer and the head, for each of the 5 decode steps
+    assert kernel_runs("aten::mm") >= 5 * (2 * 7 + 1), torchneuron.executed_ops().get("aten::mm")
