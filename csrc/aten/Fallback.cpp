@@ -218,16 +218,27 @@ Stack build_outputs(const OpPlan& plan, const OutputLayout& layout, const Stack&
   return results;
 }
 
-// The largest tensor among the op's arguments and results, in elements: how
-// the worker decides whether the CPU kernel gets its OpenMP team
-// (csrc/runtime/WorkerThreads.h).
-int64_t largest_tensor(const Stack& args, const Stack& results) {
+// The op's work in elements, as its plan measures it: how the worker decides
+// whether the CPU kernel gets its OpenMP team (csrc/runtime/WorkerThreads.h).
+int64_t work_elements(const OpPlan& plan, const Stack& args, const Stack& results) {
   int64_t largest = 0;
   auto visit = [&largest](const at::Tensor& t) {
     if (t.defined()) largest = std::max(largest, t.numel());
   };
-  for (const IValue& v : args) for_each_tensor(v, visit);
-  for (const IValue& v : results) for_each_tensor(v, visit);
+  using WorkSize = OpPlan::WorkSize;
+  if (plan.work_size != WorkSize::kOutputs) {
+    for (size_t i = 0; i < args.size(); ++i) {
+      const auto& written = plan.facts.ret_written_arg;
+      if (plan.work_size == WorkSize::kReadArguments &&
+          std::find(written.begin(), written.end(), static_cast<int>(i)) != written.end()) {
+        continue;
+      }
+      for_each_tensor(args[i], visit);
+    }
+  }
+  if (plan.work_size != WorkSize::kReadArguments) {
+    for (const IValue& v : results) for_each_tensor(v, visit);
+  }
   return largest;
 }
 
@@ -296,8 +307,8 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
     }
     launch(device, plan.name.c_str(),
            [op = *plan.out_op, &ok = plan.out_op_ok, cpu_stack = std::move(cpu_stack),
-            expected = std::move(expected), elements = largest_tensor(args, results),
-            matrix = plan.keeps_team]() mutable {
+            expected = std::move(expected), elements = work_elements(plan, args, results),
+            matrix = plan.matrix_work]() mutable {
              const size_t first_out = cpu_stack.size() - expected.size();
              std::vector<at::Tensor> outs;
              for (size_t i = 0; i < expected.size(); ++i) outs.push_back(cpu_stack[first_out + i].toTensor());
@@ -324,7 +335,7 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
     }
     launch(device, plan.name.c_str(),
            [op, cpu_stack = std::move(cpu_stack), fresh_aliases = std::move(fresh_aliases),
-            elements = largest_tensor(args, results), matrix = plan.keeps_team]() mutable {
+            elements = work_elements(plan, args, results), matrix = plan.matrix_work]() mutable {
              at::AutoDispatchBelowADInplaceOrView below_autograd;
              WorkerParallelism threads(elements, matrix);
              redispatch(op, c10::DispatchKey::CPU, &cpu_stack);

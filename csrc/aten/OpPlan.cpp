@@ -116,7 +116,16 @@ OpPlan& plan_for(const c10::OperatorHandle& op) {
       "aten::mkldnn_convolution", "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward",
       "aten::slow_conv3d_forward", "aten::_conv_depthwise2d", "aten::slow_conv_transpose2d",
       "aten::slow_conv_transpose3d", "aten::slow_conv_dilated2d", "aten::slow_conv_dilated3d"};
-  plan->keeps_team = kMatrixOps.count(schema.name()) > 0;
+  plan->matrix_work = kMatrixOps.count(schema.name()) > 0;
+  static const std::unordered_set<std::string> kGathers = {
+      "aten::embedding", "aten::index_select", "aten::gather", "aten::take", "aten::index"};
+  static const std::unordered_set<std::string> kScatters = {
+      "aten::index_copy_", "aten::index_put_", "aten::_index_put_impl_", "aten::index_add_",
+      "aten::index_fill_", "aten::scatter_", "aten::scatter_add_", "aten::scatter_reduce_",
+      "aten::masked_scatter_", "aten::index_copy", "aten::index_put", "aten::index_add",
+      "aten::scatter", "aten::scatter_add"};
+  if (kGathers.count(schema.name())) plan->work_size = OpPlan::WorkSize::kOutputs;
+  if (kScatters.count(schema.name())) plan->work_size = OpPlan::WorkSize::kReadArguments;
   const auto& args = schema.arguments();
   for (const auto& a : args) {
     if (a.alias_info() && a.alias_info()->isWrite()) plan->has_mutable_arg = true;

@@ -31,10 +31,14 @@ struct OpPlan {
   // outputs are then written by the CPU kernel in place, with no copy.
   std::optional<c10::OperatorHandle> out_op;
   std::atomic<bool> out_op_ok{true};  // false once its kernel used `out` as scratch
-  // Matrix products and convolutions: work grows faster than the operands,
-  // so their CPU kernels keep the worker's OpenMP team at any size
-  // (csrc/runtime/WorkerThreads.h).
-  bool keeps_team = false;
+  // How big the op's work is, for whether its CPU kernel gets the worker's
+  // OpenMP team (csrc/runtime/WorkerThreads.h): matrix products and
+  // convolutions have more work than their operands; gathers (embedding,
+  // index_select) touch only their output of a large table; in-place
+  // scatters (index_copy_ into a KV cache) only their source.
+  bool matrix_work = false;
+  enum class WorkSize : uint8_t { kLargestTensor, kOutputs, kReadArguments };
+  WorkSize work_size = WorkSize::kLargestTensor;
 };
 
 // The plan of an op (built on first use; thread-safe; never freed).

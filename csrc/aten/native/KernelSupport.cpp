@@ -1,6 +1,9 @@
 #include "csrc/aten/native/KernelSupport.h"
 
+#include <ATen/Parallel.h>
 #include <neuronrt/neuronrt.hpp>
+
+#include "csrc/runtime/WorkerThreads.h"
 
 namespace torchneuron::native {
 
@@ -13,8 +16,14 @@ std::optional<neuronkernels::DType> kernel_dtype(c10::ScalarType t) {
   }
 }
 
+// This file is compiled with OpenMP (csrc/CMakeLists.txt): at::parallel_for
+// is a header template around `#pragma omp parallel`.
 void device_parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
-  neuronrt::parallel_for(n, body);
+  if (worker_team_is_warm()) {
+    at::parallel_for(0, n, 1, body);
+  } else {
+    neuronrt::parallel_for(n, body);
+  }
 }
 
 std::vector<c10::Storage> storages_of(std::initializer_list<const at::Tensor*> tensors) {

@@ -16,10 +16,12 @@ namespace torchneuron::native {
 // The kernels' element type for a torch dtype, if they take it.
 std::optional<neuronkernels::DType> kernel_dtype(c10::ScalarType t);
 
-// The runtime's compute threads (neuronrt::parallel_for), as a
-// neuronkernels::ParallelFor. Not ATen's OpenMP pool: its threads spin for
-// milliseconds after each parallel region, taking the core the host thread
-// issues the next ops on.
+// The threads our kernels run on, as a neuronkernels::ParallelFor: the
+// runtime's compute threads (neuronrt::parallel_for), which spin only briefly
+// after a job. Not ATen's OpenMP team, whose threads spin for milliseconds
+// after each parallel region, taking the core the host thread issues the
+// next ops on; except when that team has just run an ATen kernel on this
+// worker and is spinning anyway (csrc/runtime/WorkerThreads.h).
 void device_parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body);
 
 // Multiply-adds below which a kernel runs on the worker alone (a few
