@@ -8,14 +8,29 @@ size 64): prefill of 512 and 2048 tokens (causal, float32 and bfloat16), decode
 against a static KV cache of 1024 slots with 600 filled (batch 1 and 8), and a
 training step (forward + backward, causal, 512 tokens). Reports milliseconds per
 call, the GFLOP/s of the work the mask leaves (2 matmuls, causal halved), and the
-ratio CPU/neuron (higher is better). Each device is timed with its work
-finished: neuron calls are queued back to back and the stream synchronized.
+ratio CPU/neuron (higher is better). Each device runs in its own fresh process
+(fresh_process.py) and is timed with its work finished: neuron calls are queued
+back to back and the stream synchronized.
 """
 import argparse
+import json
 import time
 
 import torch
 import torch.nn.functional as F
+
+from fresh_process import measure_in_fresh_process
+
+CASES = [
+    # name, dtype, B, L, S, filled, causal, backward
+    ("prefill 512", "float32", 1, 512, 512, None, True, False),
+    ("prefill 512", "bfloat16", 1, 512, 512, None, True, False),
+    ("prefill 2048", "float32", 1, 2048, 2048, None, True, False),
+    ("decode bs1, cache 600/1024", "float32", 1, 1, 1024, 600, False, False),
+    ("decode bs8, cache 600/1024", "float32", 8, 1, 1024, 600, False, False),
+    ("decode bs8, cache 600/1024", "bfloat16", 8, 1, 1024, 600, False, False),
+    ("train fwd+bwd 512", "float32", 1, 512, 512, None, True, True),
+]
 
 
 def case_inputs(device, dtype, B, L, S, filled, causal, grad):
@@ -50,37 +65,38 @@ def time_call(device, fn, reps):
     return (time.perf_counter() - t) / reps
 
 
+def measure(device, reps):
+    """Seconds per call of every case on one device, in this process."""
+    times = []
+    for name, dtype, B, L, S, filled, causal, grad in CASES:
+        q, k, v, mask = case_inputs(device, getattr(torch, dtype), B, L, S, filled, causal, grad)
+
+        def fn():
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                                 enable_gqa=True)
+            if grad:
+                out.sum().backward()
+        times.append(time_call(device, fn, reps))
+    return times
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--child", nargs=2, metavar=("DEVICE", "REPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    cases = [
-        # name, dtype, B, L, S, filled, causal, backward
-        ("prefill 512", torch.float32, 1, 512, 512, None, True, False),
-        ("prefill 512", torch.bfloat16, 1, 512, 512, None, True, False),
-        ("prefill 2048", torch.float32, 1, 2048, 2048, None, True, False),
-        ("decode bs1, cache 600/1024", torch.float32, 1, 1, 1024, 600, False, False),
-        ("decode bs8, cache 600/1024", torch.float32, 8, 1, 1024, 600, False, False),
-        ("decode bs8, cache 600/1024", torch.bfloat16, 8, 1, 1024, 600, False, False),
-        ("train fwd+bwd 512", torch.float32, 1, 512, 512, None, True, True),
-    ]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if args.child:
+        print(json.dumps(measure(args.child[0], int(args.child[1]))))
+        return
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          "each device measured in its own process", flush=True)
+    cpu = measure_in_fresh_process(__file__, "cpu", args.reps)
+    neuron = measure_in_fresh_process(__file__, "neuron", args.reps)
     print(f"{'case':<28}{'dtype':<10}{'cpu ms':>10}{'neuron ms':>11}{'neuron GFLOP/s':>16}{'ratio':>8}")
-    for name, dtype, B, L, S, filled, causal, grad in cases:
-        times = {}
-        for device in ("cpu", "neuron"):
-            q, k, v, mask = case_inputs(device, dtype, B, L, S, filled, causal, grad)
-
-            def fn():
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                                     enable_gqa=True)
-                if grad:
-                    out.sum().backward()
-            times[device] = time_call(device, fn, args.reps)
+    for (name, dtype, B, L, S, filled, causal, grad), c, n in zip(CASES, cpu, neuron):
         work = flops(B, L, S, filled, causal) * (3.5 if grad else 1.0)  # backward ~2.5x forward
-        print(f"{name:<28}{str(dtype).replace('torch.', ''):<10}{times['cpu'] * 1e3:>10.3f}"
-              f"{times['neuron'] * 1e3:>11.3f}{work / times['neuron'] / 1e9:>16.1f}"
-              f"{times['cpu'] / times['neuron']:>7.2f}x", flush=True)
+        print(f"{name:<28}{dtype:<10}{c * 1e3:>10.3f}{n * 1e3:>11.3f}{work / n / 1e9:>16.1f}"
+              f"{c / n:>7.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -108,3 +108,21 @@ def test_distinct_errors_group_across_architectures(tmp_path):
     records = [failed("llama", "LlamaForCausalLM"), failed("qwen2", "Qwen2ForCausalLM")]
     md = open(report.write_markdown(records, {"device": "neuron", "new_tokens": 16}, str(tmp_path))).read()
     assert "- 2 architectures: `TypeError: empty_strided: dtype UInt32 is not supported`" in md, md
+
+
+def test_gradients_are_judged_against_float64_when_float32_runs_differ():
+    import torch
+
+    from torchneuron.coverage.model_stages import compare_grads
+
+    exact = torch.tensor([0.1, 5.0], dtype=torch.float64)
+    cpu = torch.tensor([0.1 + 3e-5, 5.0], dtype=torch.float32)    # 3e-5 from float64
+    close = torch.tensor([0.1 - 2e-5, 5.0], dtype=torch.float32)  # beyond GRAD_TOL of CPU's, nearer float64
+    far = torch.tensor([0.1 - 2e-4, 5.0], dtype=torch.float32)    # beyond twice CPU's error
+    loss = torch.tensor(1.0)
+    ref = (loss, {"w": cpu}, {"w": exact})
+    assert compare_grads(ref, (loss, {"w": close})) < 1e-4
+    with pytest.raises(AssertionError, match="gradient of w"):
+        compare_grads(ref, (loss, {"w": far}))
+    with pytest.raises(AssertionError, match="gradient of w"):  # without a float64 run, CPU is the reference
+        compare_grads((loss, {"w": cpu}, None), (loss, {"w": close}))

@@ -25,6 +25,7 @@
 
 #include "config.hpp"
 #include "neuronrt/neuronrt.hpp"
+#include "spin.hpp"
 
 namespace neuronrt {
 namespace {
@@ -34,13 +35,7 @@ constexpr int kChunksPerThread = 4;  // small chunks let the awake threads balan
 
 thread_local bool t_in_job = false;  // a body that calls parallel_for runs it serially
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
+using detail::cpu_relax;
 
 int usable_cpus() {
   cpu_set_t set;

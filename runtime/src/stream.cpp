@@ -22,6 +22,7 @@
 #include "error.hpp"
 #include "event.hpp"
 #include "neuronrt/neuronrt.hpp"
+#include "spin.hpp"
 
 using neuronrt::detail::Failure;
 using neuronrt::detail::Task;
@@ -123,14 +124,6 @@ using namespace neuronrt::detail;
 
 namespace {
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 }  // namespace
 
 // ---- nrtStream_st ------------------------------------------------------------

@@ -25,7 +25,7 @@ from .generation_stages import (
 )
 from .model_stages import (
     build_cpu_model, compare_bf16, compare_grads, eager_copy, move_to_device, sdpa_not_applicable,
-    stage_backward, stage_forward,
+    stage_backward, stage_backward_reference, stage_forward,
 )
 from .tiny_configs import VOCAB
 
@@ -238,7 +238,7 @@ def run_architecture(row, device="neuron", stage_timeout=300.0, result_path=None
     r["fallback_ops"] = sorted(ops_delta(snap0, snap1, "cpu_copy"))
 
     run_stage(
-        rec, "backward", lambda: stage_backward(cpu_model, ids, mask),
+        rec, "backward", lambda: stage_backward_reference(cpu_model, ids, mask),
         lambda: stage_backward(dev_model, dev_ids, dev_mask), compare_grads, device, stage_timeout,
     )
     snap2 = ops_snapshot() if on_neuron else {}
