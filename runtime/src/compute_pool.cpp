@@ -4,19 +4,24 @@
 // each parallel region, and on a machine with as many cores as busy threads
 // (the host thread issuing ops, the stream worker) that spin takes the
 // host's core; a decode step then issued its ops at half speed. These
-// helpers spin for kSpin only, then sleep on a futex (std::atomic::wait).
+// helpers spin for kSpin only, then sleep on a condition variable.
 //
-// A job is published by bumping `claim_`'s generation (high 32 bits) with its
-// next-chunk counter (low 32 bits) at 0. Helpers and the caller claim chunks
-// with compare-and-swap on that word, so a helper waking late for an old job
-// sees a different generation and claims nothing; a claimed chunk keeps its
-// job alive, since the caller returns only when `remaining_` reaches 0.
+// A job is published by storing one 64-bit word `claim_`: its generation
+// (high 32 bits), its chunk count (16 bits) and the next chunk (low 16 bits).
+// Helpers and the caller claim chunks with compare-and-swap on that word, so
+// whether a chunk exists is decided from the same word the claim changes: a
+// helper waking late for an old job sees another generation and claims
+// nothing, and a claimed chunk keeps its job alive, since the caller returns
+// only when `remaining_` reaches 0. (An earlier version kept the chunk count
+// in a separate variable; a late helper could then pair the next job's count
+// with the old generation and claim a chunk that did not exist.)
 #include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <exception>
 #include <cstdio>
 #include <mutex>
@@ -32,6 +37,7 @@ namespace {
 
 constexpr auto kSpin = std::chrono::microseconds(30);
 constexpr int kChunksPerThread = 4;  // small chunks let the awake threads balance the rest
+constexpr int64_t kMaxChunks = 0xffff;  // chunk counts and indices have 16 bits of claim_
 
 thread_local bool t_in_job = false;  // a body that calls parallel_for runs it serially
 
@@ -58,28 +64,34 @@ class ComputePool {
       return;
     }
     start_helpers_once();
-    const auto chunks =
-        static_cast<uint32_t>(std::min<int64_t>(n, int64_t{threads_} * kChunksPerThread));
+    const auto chunks = static_cast<uint32_t>(
+        std::min<int64_t>({n, int64_t{threads_} * kChunksPerThread, kMaxChunks}));
     body_.store(&body, std::memory_order_relaxed);
     n_.store(n, std::memory_order_relaxed);
-    chunks_.store(chunks, std::memory_order_relaxed);
     remaining_.store(chunks, std::memory_order_relaxed);
     error_ = nullptr;
     const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
-    claim_.store(uint64_t{gen} << 32, std::memory_order_release);
-    generation_.store(gen, std::memory_order_release);
-    generation_.notify_all();  // a futex call only when a helper sleeps
+    claim_.store(uint64_t{gen} << 32 | uint64_t{chunks} << 16, std::memory_order_release);
+    generation_.store(gen, std::memory_order_seq_cst);
+    // Sleeping helpers count themselves before they check the generation
+    // (both seq_cst), so either they see this job or we see them here.
+    if (sleeping_helpers_.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard<std::mutex> lock(sleep_mu_);
+      wake_cv_.notify_all();
+    }
 
     work_on(gen);
     // Wait for chunks held by helpers: spin (they are short), then sleep.
     const auto deadline = std::chrono::steady_clock::now() + kSpin;
-    uint32_t left;
-    while ((left = remaining_.load(std::memory_order_acquire)) != 0) {
-      if (std::chrono::steady_clock::now() < deadline) {
-        cpu_relax();
-      } else {
-        remaining_.wait(left, std::memory_order_acquire);
-      }
+    while (remaining_.load(std::memory_order_acquire) != 0 &&
+           std::chrono::steady_clock::now() < deadline) {
+      cpu_relax();
+    }
+    if (remaining_.load(std::memory_order_acquire) != 0) {
+      std::unique_lock<std::mutex> lock(sleep_mu_);
+      caller_sleeping_.store(true, std::memory_order_seq_cst);
+      done_cv_.wait(lock, [this] { return remaining_.load(std::memory_order_seq_cst) == 0; });
+      caller_sleeping_.store(false, std::memory_order_relaxed);
     }
     body_.store(nullptr, std::memory_order_relaxed);
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
@@ -93,10 +105,8 @@ class ComputePool {
       uint64_t c = claim_.load(std::memory_order_acquire);
       uint32_t index, chunks;
       do {
-        // A late helper may read the next job's chunk count here; its CAS
-        // then fails on the generation, so the mix-up cannot run anything.
-        index = static_cast<uint32_t>(c);
-        chunks = chunks_.load(std::memory_order_relaxed);
+        index = static_cast<uint32_t>(c & 0xffff);
+        chunks = static_cast<uint32_t>((c >> 16) & 0xffff);
         if (static_cast<uint32_t>(c >> 32) != gen || index >= chunks) {
           t_in_job = false;
           return;
@@ -110,7 +120,11 @@ class ComputePool {
         std::lock_guard<std::mutex> lock(error_mu_);
         if (!error_) error_ = std::current_exception();
       }
-      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) remaining_.notify_one();
+      if (remaining_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+          caller_sleeping_.load(std::memory_order_seq_cst)) {
+        std::lock_guard<std::mutex> lock(sleep_mu_);
+        done_cv_.notify_one();
+      }
     }
   }
 
@@ -133,7 +147,12 @@ class ComputePool {
              std::chrono::steady_clock::now() < deadline) {
         cpu_relax();
       }
-      generation_.wait(seen, std::memory_order_acquire);
+      if (generation_.load(std::memory_order_acquire) == seen) {
+        std::unique_lock<std::mutex> lock(sleep_mu_);
+        sleeping_helpers_.fetch_add(1, std::memory_order_seq_cst);
+        wake_cv_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
+        sleeping_helpers_.fetch_sub(1, std::memory_order_relaxed);
+      }
       seen = generation_.load(std::memory_order_acquire);
       work_on(seen);
     }
@@ -142,14 +161,19 @@ class ComputePool {
   const int threads_;
   std::mutex job_mu_;  // one job at a time
   std::once_flag started_;
-  // The current job; written by its caller before the generation is published
-  // (atomics because a helper waking late reads them while the next job is set up).
+  // The current job; written by its caller before the job is published and
+  // read by those that claimed one of its chunks (atomics only so that a
+  // helper's stale read of an old job is not a data race).
   std::atomic<const std::function<void(int64_t, int64_t)>*> body_{nullptr};
   std::atomic<int64_t> n_{0};
-  std::atomic<uint32_t> chunks_{0};
   std::atomic<uint32_t> generation_{0};
-  std::atomic<uint64_t> claim_{0};  // generation << 32 | next chunk
+  std::atomic<uint64_t> claim_{0};  // generation << 32 | chunks << 16 | next chunk
   std::atomic<uint32_t> remaining_{0};
+  // Sleeping: helpers wait for a new generation, the caller for the last chunk.
+  std::mutex sleep_mu_;
+  std::condition_variable wake_cv_, done_cv_;
+  std::atomic<int> sleeping_helpers_{0};
+  std::atomic<bool> caller_sleeping_{false};
   std::mutex error_mu_;
   std::exception_ptr error_;
 };
