@@ -172,6 +172,48 @@ def test_out_aliasing_an_input():
     assert torch.equal(dev.cpu(), cpu)
 
 
+# ---- foreach ops ---------------------------------------------------------------
+
+FOREACH = {  # (tensors, others, positive others)
+    "add_scalar_": lambda ts, us, ps: torch._foreach_add_(ts, 2.5),
+    "mul_list_": lambda ts, us, ps: torch._foreach_mul_(ts, us),
+    "addcdiv_scalarlist_": lambda ts, us, ps: torch._foreach_addcdiv_(ts, us, ps, [0.5, -1.0, 2.0]),
+    "lerp_": lambda ts, us, ps: torch._foreach_lerp_(ts, us, 0.3),
+    "sqrt": lambda ts, us, ps: torch._foreach_sqrt(ps),
+    "norm": lambda ts, us, ps: torch._foreach_norm(ts),
+    "maximum": lambda ts, us, ps: torch._foreach_maximum(ts, us),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOREACH))
+def test_foreach_ops_run_as_one_op_and_match_cpu(name):
+    g = torch.Generator().manual_seed(0)
+    shapes = [(3, 4), (7,), (2, 2, 5)]
+    ts = [torch.randn(s, generator=g) for s in shapes]
+    us = [torch.randn(s, generator=g) for s in shapes]
+    ps = [torch.rand(s, generator=g) + 0.5 for s in shapes]
+    dts, dus, dps = ([t.to(D) for t in lst] for lst in (ts, us, ps))
+    want = FOREACH[name](ts, us, ps)
+    torchneuron.reset_executed_ops()
+    got = FOREACH[name](dts, dus, dps)
+    ops = torchneuron.executed_ops()
+    # the loop over the tensors runs on the device's queue, not as an op per tensor
+    assert list(ops) == [next(op for op in ops if op.startswith("aten::_foreach_"))], ops
+    for d, c in zip(dts, ts):
+        torch.testing.assert_close(d.cpu(), c)
+    if want is not None:
+        for d, c in zip(got, want):
+            assert d.device.type == D
+            torch.testing.assert_close(d.cpu(), c)
+
+
+def test_foreach_argument_errors_raise_at_the_call():
+    ts = [torch.ones(2, device=D), torch.ones(3, device=D)]
+    with pytest.raises(RuntimeError, match="same number of tensors|must have the same length|size"):
+        torch._foreach_add_(ts, [torch.ones(2, device=D)])
+    assert torch._foreach_mul(ts, 2.0)[1].cpu().tolist() == [2.0, 2.0, 2.0]
+
+
 # ---- layouts ------------------------------------------------------------------
 
 NONCONTIG = {

@@ -571,7 +571,13 @@ void register_structured_overrides() {
     auto op = dispatcher.findOp(name);
     if (!op) continue;
     if (op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
-    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    // Foreach ops (optimizers' _foreach_add_, _foreach_lerp_, ...) have no CPU
+    // kernel, only a CompositeExplicitAutograd loop over the tensors: run that
+    // loop on the worker as one queued op, instead of one op per tensor issued
+    // from the host (an optimizer step then costs a few ops, not a few per
+    // parameter).
+    const bool foreach = name.name.rfind("aten::_foreach_", 0) == 0;
+    if (!foreach && !op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
     // Also ops whose CompositeExplicitAutograd kernel is a generic version
     // of their CPU kernel (native_layer_norm, native_group_norm, addr, ...):
     // it would outrank the fallback and give other numerics than the CPU.
