@@ -12,14 +12,12 @@ ratio CPU/neuron (higher is better). Each device runs in its own fresh process
 (fresh_process.py) and is timed with its work finished: neuron calls are queued
 back to back and the stream synchronized.
 """
-import argparse
-import json
 import time
 
 import torch
 import torch.nn.functional as F
 
-from fresh_process import measure_in_fresh_process
+from fresh_process import device_and_reps_main
 
 CASES = [
     # name, dtype, B, L, S, filled, causal, backward
@@ -81,17 +79,10 @@ def measure(device, reps):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=10)
-    parser.add_argument("--child", nargs=2, metavar=("DEVICE", "REPS"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(measure(args.child[0], int(args.child[1]))))
+    result = device_and_reps_main(__doc__, 10, measure)
+    if result is None:
         return
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          "each device measured in its own process", flush=True)
-    cpu = measure_in_fresh_process(__file__, "cpu", args.reps)
-    neuron = measure_in_fresh_process(__file__, "neuron", args.reps)
+    cpu, neuron, _ = result
     print(f"{'case':<28}{'dtype':<10}{'cpu ms':>10}{'neuron ms':>11}{'neuron GFLOP/s':>16}{'ratio':>8}")
     for (name, dtype, B, L, S, filled, causal, grad), c, n in zip(CASES, cpu, neuron):
         work = flops(B, L, S, filled, causal) * (3.5 if grad else 1.0)  # backward ~2.5x forward

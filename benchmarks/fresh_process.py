@@ -22,3 +22,27 @@ def measure_in_fresh_process(script, device_name, *args):
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def device_and_reps_main(doc, default_reps, measure):
+    """The command line shared by benchmarks whose figures depend only on a
+    device and a repeat count: with --child DEVICE REPS (internal) prints
+    measure(DEVICE, REPS) as JSON and returns None; otherwise returns
+    (cpu, neuron, reps), each device's figures from its own fresh process."""
+    import argparse
+    import inspect
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=default_reps)
+    parser.add_argument("--child", nargs=2, metavar=("DEVICE", "REPS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child[0], int(args.child[1]))))
+        return None
+    import torch
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          "each device measured in its own process", flush=True)
+    script = inspect.getmodule(measure).__file__
+    return (measure_in_fresh_process(script, "cpu", args.reps),
+            measure_in_fresh_process(script, "neuron", args.reps), args.reps)

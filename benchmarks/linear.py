@@ -13,14 +13,12 @@ CPU/neuron (higher is better). Each device runs in its own fresh process
 (fresh_process.py); neuron calls are queued back to back and the stream
 synchronized.
 """
-import argparse
-import json
 import time
 
 import torch
 import torch.nn.functional as F
 
-from fresh_process import measure_in_fresh_process
+from fresh_process import device_and_reps_main
 
 SHAPES = [  # (rows, in_features, out_features)
     (1, 768, 768), (1, 768, 2048), (1, 2048, 768), (1, 768, 16000),
@@ -59,17 +57,10 @@ def measure(device_name, reps):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=200)
-    parser.add_argument("--child", nargs=2, metavar=("DEVICE", "REPS"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(measure(args.child[0], int(args.child[1]))))
+    result = device_and_reps_main(__doc__, 200, measure)
+    if result is None:
         return
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          "each device measured in its own process", flush=True)
-    cpu = measure_in_fresh_process(__file__, "cpu", args.reps)
-    neuron = measure_in_fresh_process(__file__, "neuron", args.reps)
+    cpu, neuron, _ = result
     print(f"{'dtype':<10}{'rows x in x out':<18}{'cpu us':>9}{'neuron us':>11}"
           f"{'cpu GB/s':>10}{'neuron GB/s':>13}{'ratio':>8}")
     for dt in DTYPES:
