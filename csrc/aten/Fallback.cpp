@@ -23,7 +23,6 @@
 #include "csrc/runtime/NeuronFunctions.h"
 #include "csrc/runtime/NeuronGenerator.h"
 #include "csrc/runtime/NeuronHooks.h"
-#include "csrc/runtime/WorkerThreads.h"
 
 namespace torchneuron {
 namespace {
@@ -227,8 +226,8 @@ int64_t work_elements(const OpPlan& plan, const Stack& args, const Stack& result
   };
   using WorkSize = OpPlan::WorkSize;
   if (plan.work_size != WorkSize::kOutputs) {
+    const auto& written = plan.facts.ret_written_arg;
     for (size_t i = 0; i < args.size(); ++i) {
-      const auto& written = plan.facts.ret_written_arg;
       if (plan.work_size == WorkSize::kReadArguments &&
           std::find(written.begin(), written.end(), static_cast<int>(i)) != written.end()) {
         continue;
@@ -305,15 +304,14 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
       expected.push_back(cpu_alias(r.toTensor()));
       cpu_stack.emplace_back(cpu_alias(r.toTensor(), /*resizable=*/true));
     }
-    launch(device, plan.name.c_str(),
+    launch_cpu_kernels(device, plan.name.c_str(), work_elements(plan, args, results),
+                       plan.matrix_work,
            [op = *plan.out_op, &ok = plan.out_op_ok, cpu_stack = std::move(cpu_stack),
-            expected = std::move(expected), elements = work_elements(plan, args, results),
-            matrix = plan.matrix_work]() mutable {
+            expected = std::move(expected)]() mutable {
              const size_t first_out = cpu_stack.size() - expected.size();
              std::vector<at::Tensor> outs;
              for (size_t i = 0; i < expected.size(); ++i) outs.push_back(cpu_stack[first_out + i].toTensor());
              at::AutoDispatchBelowADInplaceOrView below_autograd;
-             WorkerParallelism threads(elements, matrix);
              redispatch(op, c10::DispatchKey::CPU, &cpu_stack);
              // A kernel that used an output as scratch of another shape has
              // moved it to host memory: copy the result into the device buffer.
@@ -333,11 +331,10 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
     for (size_t r = 0; r < nret; ++r) {
       if (ret_fresh[r]) fresh_aliases[r] = map_tensors(results[r], al);
     }
-    launch(device, plan.name.c_str(),
-           [op, cpu_stack = std::move(cpu_stack), fresh_aliases = std::move(fresh_aliases),
-            elements = work_elements(plan, args, results), matrix = plan.matrix_work]() mutable {
+    launch_cpu_kernels(device, plan.name.c_str(), work_elements(plan, args, results),
+                       plan.matrix_work,
+           [op, cpu_stack = std::move(cpu_stack), fresh_aliases = std::move(fresh_aliases)]() mutable {
              at::AutoDispatchBelowADInplaceOrView below_autograd;
-             WorkerParallelism threads(elements, matrix);
              redispatch(op, c10::DispatchKey::CPU, &cpu_stack);
              for (size_t r = 0; r < fresh_aliases.size(); ++r) {
                const IValue& want = fresh_aliases[r];

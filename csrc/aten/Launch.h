@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "csrc/runtime/WorkerThreads.h"
+
 namespace torchneuron {
 
 // A CPU tensor over the same memory as a neuron tensor (same sizes, strides,
@@ -23,6 +25,19 @@ at::Tensor neuron_view_like(const c10::Storage& storage, const at::Tensor& like)
 // work (a literal or an operator's schema name). A failure inside fn is
 // reported at the next launch or synchronization on that stream.
 void launch(c10::DeviceIndex device, const char* op_name, std::function<void()> fn);
+
+// Enqueues `fn`, which runs ATen CPU kernels on the worker, for an op whose
+// work is `elements` elements (`matrix`: a matrix product or convolution):
+// the worker lends them its OpenMP team only when that pays
+// (csrc/runtime/WorkerThreads.h).
+template <typename F>
+void launch_cpu_kernels(c10::DeviceIndex device, const char* op_name, int64_t elements,
+                        bool matrix, F fn) {
+  launch(device, op_name, [fn = std::move(fn), elements, matrix]() mutable {
+    WorkerParallelism threads(elements, matrix);
+    fn();
+  });
+}
 
 // Waits for the current stream of `device` (for host reads of device data),
 // through blocking_wait (csrc/runtime/BlockingWait.h).

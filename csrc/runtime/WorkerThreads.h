@@ -33,7 +33,7 @@ constexpr int64_t kMatrixTeamElements = int64_t{1} << 15;
 // thread count drops to 1 and comes back at the end of the scope).
 class WorkerParallelism {
  public:
-  explicit WorkerParallelism(int64_t elements, bool matrix = false);
+  WorkerParallelism(int64_t elements, bool matrix);
   ~WorkerParallelism();
   WorkerParallelism(const WorkerParallelism&) = delete;
   WorkerParallelism& operator=(const WorkerParallelism&) = delete;

@@ -12,7 +12,6 @@
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronHostAllocator.h"
 #include "csrc/runtime/NeuronStream.h"
-#include "csrc/runtime/WorkerThreads.h"
 
 namespace torchneuron::native {
 namespace {
@@ -49,12 +48,11 @@ void host_to_device(const at::Tensor& src, const at::Tensor& dst, bool non_block
     staged.copy_(src);  // dtype conversion, broadcasting and layout on the host
   }
   at::Tensor dst_alias = cpu_alias(dst);
-  launch(device, "aten::copy_ (host to neuron)",
-         [staged, dst_alias, elements = dst.numel()]() mutable {
+  launch_cpu_kernels(device, "aten::copy_ (host to neuron)", dst.numel(), /*matrix=*/false,
+                     [staged, dst_alias]() mutable {
     if (dst_alias.is_non_overlapping_and_dense() && staged.strides() == dst_alias.strides()) {
       std::memcpy(dst_alias.mutable_data_ptr(), staged.const_data_ptr(), staged.nbytes());
     } else {
-      WorkerParallelism threads(elements);
       dst_alias.copy_(staged);
     }
   });
@@ -64,10 +62,9 @@ void device_to_host(const at::Tensor& src, const at::Tensor& dst, bool non_block
   auto device = src.device().index();
   at::Tensor src_alias = cpu_alias(src);
   if (non_blocking && is_pinned_ptr(dst.const_data_ptr())) {
-    launch(device, "aten::copy_ (neuron to host)",
-           [src_alias, dst, elements = dst.numel()]() mutable {
+    launch_cpu_kernels(device, "aten::copy_ (neuron to host)", dst.numel(), /*matrix=*/false,
+                       [src_alias, dst]() mutable {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
-      WorkerParallelism threads(elements);
       const_cast<at::Tensor&>(dst).copy_(src_alias);
     });
     return;
@@ -94,10 +91,9 @@ void device_to_device(const at::Tensor& src, const at::Tensor& dst) {
     src_ready.record(current_stream_handle(src_dev));
     NEURON_CHECK(nrtStreamWaitEvent(current_stream_handle(dst_dev), src_ready.get()));
   }
-  launch(dst_dev, "aten::copy_ (neuron to neuron)",
-         [s, d, elements = dst.numel()]() mutable {
+  launch_cpu_kernels(dst_dev, "aten::copy_ (neuron to neuron)", dst.numel(), /*matrix=*/false,
+                     [s, d]() mutable {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    WorkerParallelism threads(elements);
     if (plain_bytes(s, d)) {
       std::memcpy(d.mutable_data_ptr(), s.const_data_ptr(), s.nbytes());
     } else {

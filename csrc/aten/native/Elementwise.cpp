@@ -10,7 +10,6 @@
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/OpStats.h"
 #include "csrc/aten/native/Factory.h"
-#include "csrc/runtime/WorkerThreads.h"
 
 namespace torchneuron::native {
 namespace {
@@ -65,11 +64,9 @@ struct BinaryOp {
   // Queues out_fn(out, a, b) on CPU aliases taken now.
   template <typename F>
   void queue(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, F out_fn) const {
-    launch(a.device().index(), full_name.c_str(),
-           [o = cpu_alias(out), x = cpu_alias(a), y = cpu_alias(b), out_fn,
-            elements = out.numel()]() mutable {
+    launch_cpu_kernels(a.device().index(), full_name.c_str(), out.numel(), /*matrix=*/false,
+           [o = cpu_alias(out), x = cpu_alias(a), y = cpu_alias(b), out_fn]() mutable {
              at::AutoDispatchBelowADInplaceOrView below_autograd;
-             WorkerParallelism threads(elements);
              out_fn(o, x, y);
            });
     counter.count(ExecPath::kKernel);
