@@ -2,7 +2,7 @@
 #include <sstream>
 
 #include "attention_impl.hpp"
-#include "isa.hpp"
+#include "neuronkernels/isa.hpp"
 
 namespace neuronkernels {
 namespace {
@@ -44,6 +44,7 @@ void attention_forward(const AttentionParams& p, const View4& out, float* lse,
     fail("out " + shape(out) + " must be [B, Hq, L, Dv]");
   }
   switch (isa()) {
+    case Isa::kAvx512Bf16:  // attention has no bfloat16 dot products
     case Isa::kAvx512: return isa_avx512::forward(p, out, lse, parallel_for);
     case Isa::kAvx2: return isa_avx2::forward(p, out, lse, parallel_for);
     case Isa::kBaseline: return isa_baseline::forward(p, out, lse, parallel_for);
@@ -58,6 +59,7 @@ void attention_backward(const AttentionParams& p, const View4& out, const float*
   if (!lse && has_rows) fail("backward needs the forward's log-sum-exp");
   if (grad_out.sizes != out.sizes) fail("grad_out " + shape(grad_out) + " differs from out " + shape(out));
   switch (isa()) {
+    case Isa::kAvx512Bf16:
     case Isa::kAvx512: return isa_avx512::backward(p, out, lse, grad_out, grads, parallel_for);
     case Isa::kAvx2: return isa_avx2::backward(p, out, lse, grad_out, grads, parallel_for);
     case Isa::kBaseline: return isa_baseline::backward(p, out, lse, grad_out, grads, parallel_for);

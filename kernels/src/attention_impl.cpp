@@ -16,9 +16,7 @@
 #include "attention_impl.hpp"
 #include "numeric.hpp"
 
-#ifndef NK_ISA
-#error "NK_ISA must name the instruction-set namespace"
-#endif
+#include "isa_region_begin.hpp"
 
 namespace neuronkernels::NK_ISA {
 namespace {
@@ -473,3 +471,5 @@ void backward(const AttentionParams& p, const View4& out, const float* lse,
 }
 
 }  // namespace neuronkernels::NK_ISA
+
+#include "isa_region_end.hpp"

@@ -1,6 +1,6 @@
-// The attention kernels' bodies, compiled once per instruction set
-// (attention_impl.cpp is built several times with different -m flags and a
-// different NK_ISA namespace); attention.cpp picks one at run time.
+// The attention kernels' bodies, compiled once per instruction-set level
+// (attention_impl.cpp is built several times, each with its own NK_ISA
+// namespace; see neuronkernels/isa.hpp); attention.cpp picks one at run time.
 #pragma once
 
 #include "neuronkernels/attention.hpp"

@@ -1,7 +1,7 @@
 // Argument checks and the choice of instruction set for the skinny matmul.
 #include <string>
 
-#include "isa.hpp"
+#include "neuronkernels/isa.hpp"
 #include "matmul_impl.hpp"
 
 namespace neuronkernels {
@@ -33,9 +33,8 @@ void skinny_matmul(const SkinnyMatmulParams& p, const ParallelFor& parallel_for)
   const std::string why = why_unsupported(p);
   if (!why.empty()) throw KernelError("skinny_matmul: " + why);
   switch (isa()) {
-    case Isa::kAvx512:
-      if (has_avx512_bf16()) return isa_avx512_bf16::skinny_matmul(p, parallel_for);
-      return isa_avx512::skinny_matmul(p, parallel_for);
+    case Isa::kAvx512Bf16: return isa_avx512_bf16::skinny_matmul(p, parallel_for);
+    case Isa::kAvx512: return isa_avx512::skinny_matmul(p, parallel_for);
     case Isa::kAvx2: return isa_avx2::skinny_matmul(p, parallel_for);
     case Isa::kBaseline: return isa_baseline::skinny_matmul(p, parallel_for);
   }

@@ -17,13 +17,11 @@
 #include "matmul_impl.hpp"
 #include "numeric.hpp"
 
-#if defined(__AVX512BF16__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-#ifndef NK_ISA
-#error "NK_ISA must name the instruction-set namespace"
-#endif
+#include "isa_region_begin.hpp"
 
 namespace neuronkernels::NK_ISA {
 namespace {
@@ -35,7 +33,7 @@ typedef _Float16 h16x16 __attribute__((vector_size(32)));
 
 // Rows of x per tile: their accumulators must fit the vector registers
 // (32 zmm on AVX-512; on narrower sets a vec16 takes two or four registers).
-#if defined(__AVX512F__)
+#if NK_VEC_LANES == 16
 constexpr int kMaxRows = 4;
 #else
 constexpr int kMaxRows = 2;
@@ -151,7 +149,7 @@ void nt_tile(const Problem& pr, int64_t m0, int64_t n0, int64_t nend) {
   }
 }
 
-#if defined(__AVX512BF16__)
+#if NK_ISA_LEVEL == 3
 // "nt" for bfloat16 on CPUs with AVX512_BF16: vdpbf16ps multiplies 32
 // bfloat16 pairs and adds them into 16 float32 lanes — no conversion, and
 // twice the multiply-adds of an FMA. (Like oneDNN's bfloat16 GEMM, which
@@ -246,7 +244,7 @@ void for_row_groups(const Problem& pr, Tile&& tile) {
     switch (std::min<int64_t>(kMaxRows, pr.M - m0)) {
       case 1: tile.template operator()<1>(m0); break;
       case 2: tile.template operator()<2>(m0); break;
-#if defined(__AVX512F__)
+#if NK_VEC_LANES == 16
       case 3: tile.template operator()<3>(m0); break;
       case 4: tile.template operator()<4>(m0); break;
 #endif
@@ -263,7 +261,7 @@ void run(const Problem& pr, const ParallelFor& parallel_for) {
     const int64_t nbeg = begin * unit, nend = std::min(end * unit, pr.N);
     if (nt) {
       for (int64_t n0 = nbeg; n0 < nend; n0 += kTileCols) {
-#if defined(__AVX512BF16__)
+#if NK_ISA_LEVEL == 3
         if constexpr (std::is_same_v<T, BF16>) {
           for_row_groups<T>(pr, [&]<int MR>(int64_t m0) { nt_tile_bf16_dot<MR>(pr, m0, n0, nend); });
           continue;
@@ -301,3 +299,5 @@ void skinny_matmul(const SkinnyMatmulParams& p, const ParallelFor& parallel_for)
 }
 
 }  // namespace neuronkernels::NK_ISA
+
+#include "isa_region_end.hpp"

@@ -1,4 +1,4 @@
-// The skinny matmul's body, compiled once per instruction set (see isa.hpp);
+// The skinny matmul's body, compiled once per instruction set (see neuronkernels/isa.hpp);
 // matmul.cpp checks arguments and picks one.
 #pragma once
 
