@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ suites of runtime/ and kernels/ (plain, ASan+UBSan,
-# TSan) and the Python suite. Sets up the machine first if needed.
+# TSan; the kernels' suite at every instruction-set level this CPU runs), the
+# check that no test binary has ISA code outside the kernels' ISA namespaces,
+# and the Python suite, whose tests of the device's own kernels run again at
+# each level below the CPU's best. Sets up the machine first if needed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/bootstrap.sh"
@@ -21,6 +24,20 @@ for project in runtime kernels; do
   run_ctest "$project" "-tsan" "thread"
 done
 
+step "No instructions above baseline outside the kernels' ISA namespaces (test binaries)"
+python3 "$ROOT/kernels/tools/check_isa_leaks.py" "$ROOT"/build/runtime*/neuronrt_tests \
+  "$ROOT"/build/kernels*/neuronkernels_tests
+
 step "Python tests (pytest tests/)"
 cd "$ROOT"
 "$PY" -m pytest tests/ "$@"
+
+# The kernels' Python tests at every lower level (TORCHNEURON_ISA forces it),
+# unless pytest was given its own arguments.
+if (($# == 0)); then
+  levels="$("$PY" -c 'import torchneuron; print(" ".join(torchneuron.supported_kernel_isas()[:-1]))')"
+  for level in $levels; do
+    step "Python tests of the device's kernels at TORCHNEURON_ISA=$level"
+    TORCHNEURON_ISA="$level" "$PY" -m pytest tests/test_attention.py tests/test_matmul.py tests/test_isa.py -q
+  done
+fi

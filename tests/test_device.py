@@ -142,6 +142,7 @@ _CONFIGS = {
     "bad_visible_cores": (_INVALID, {"NEURON_RT_VISIBLE_CORES": "3-1"}),
     "bad_memory": (_INVALID, {"TORCHNEURON_DEVICE_MEMORY": "lots"}),
     "bad_kernel_threads": (_INVALID, {"TORCHNEURON_KERNEL_THREADS": "zero"}),
+    "bad_isa": (_INVALID, {"TORCHNEURON_ISA": "avx3"}),
     "fork": (_FORK, {}),
     "launch_blocking": (_LAUNCH_BLOCKING, {"NEURON_LAUNCH_BLOCKING": "1"}),
     "is_initialized": (_IS_INITIALIZED, {}),
@@ -346,6 +347,7 @@ def test_device_memory_from_environment(children):
     ("bad_visible_cores", "NEURON_RT_VISIBLE_CORES", "3-1", "descending"),
     ("bad_memory", "TORCHNEURON_DEVICE_MEMORY", "lots", "'512MiB'"),
     ("bad_kernel_threads", "TORCHNEURON_KERNEL_THREADS", "zero", "1 to 256"),
+    ("bad_isa", "TORCHNEURON_ISA", "avx3", "baseline, avx2, avx512, avx512_bf16"),
 ])
 def test_invalid_configuration_is_a_clear_error(children, name, var, value, accepted):
     lines = children[name].wait(timeout=120).stdout.splitlines()

@@ -10,6 +10,7 @@
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronFunctions.h"
 #include "csrc/runtime/NeuronGenerator.h"
+#include "neuronkernels/isa.hpp"
 #include "neuronrt/neuronrt.hpp"
 
 namespace py = pybind11;
@@ -95,9 +96,15 @@ PYBIND11_MODULE(_C, m) {
   set_blocking_wait_hook(&wait_without_gil);
 
   m.def("_device_count", [] { return static_cast<int>(device_count()); });
-  m.def("_device_count_error", [] {
-    int n = 0;
-    return nrtGetDeviceCount(&n) == nrtSuccess ? std::string() : std::string(nrtGetLastErrorMessage());
+  m.def("_device_count_error", &device_unavailable_reason);
+  m.def("_kernel_isa", [] {
+    const std::string& why = neuronkernels::isa_error();
+    return why.empty() ? std::string(neuronkernels::isa_name(neuronkernels::isa())) : std::string();
+  });
+  m.def("_supported_kernel_isas", [] {
+    std::vector<std::string> out;
+    for (auto level : neuronkernels::supported_isas()) out.emplace_back(neuronkernels::isa_name(level));
+    return out;
   });
   m.def("_get_device", [] { return static_cast<int>(current_device()); });
   m.def("_set_device", [](int d) { set_device(static_cast<c10::DeviceIndex>(d)); });

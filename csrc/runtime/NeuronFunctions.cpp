@@ -5,12 +5,16 @@
 #include <c10/util/Exception.h>
 
 #include "csrc/runtime/NeuronException.h"
+#include "neuronkernels/isa.hpp"
 
 namespace torchneuron {
 
 c10::DeviceIndex device_count() noexcept {
   // The topology is fixed for the life of the process: read it once.
   static const c10::DeviceIndex count = [] {
+    // A TORCHNEURON_ISA the kernels cannot honour makes the device unusable,
+    // like an invalid runtime configuration (device_unavailable_reason says why).
+    if (!neuronkernels::isa_error().empty()) return c10::DeviceIndex(0);
     int n = 0;
     if (nrtGetDeviceCount(&n) != nrtSuccess) return c10::DeviceIndex(0);
     // Per-device tables in this layer hold 64 entries.
@@ -23,16 +27,20 @@ void check_device_index(c10::DeviceIndex device, const char* op) {
   auto n = device_count();
   if (C10_UNLIKELY(device < 0 || device >= n)) {
     if (n == 0) {
-      int ignored = 0;
-      nrtGetDeviceCount(&ignored);
       TORCH_CHECK(false, "[neuron] ", op, ": no neuron device is available: ",
-                  nrtGetLastErrorMessage());
+                  device_unavailable_reason());
     }
     TORCH_CHECK_INDEX(false, "[neuron] ", op, ": device index ", static_cast<int>(device),
                       " is out of range; this process has ", static_cast<int>(n),
                       " neuron core(s) (neuron:0 to neuron:", n - 1,
                       "). Set NEURON_RT_NUM_CORES or NEURON_RT_VISIBLE_CORES for more.");
   }
+}
+
+std::string device_unavailable_reason() {
+  int n = 0;
+  if (nrtGetDeviceCount(&n) != nrtSuccess) return nrtGetLastErrorMessage();
+  return neuronkernels::isa_error();
 }
 
 c10::DeviceIndex current_device() {

@@ -20,7 +20,9 @@ from ._registration import register as _register  # noqa: E402
 _register()
 
 from ._ops import executed_ops, fallback_ops, reset_executed_ops  # noqa: E402
+from ._isa import kernel_isa, supported_kernel_isas  # noqa: E402
 from . import hf_integration as _hf_integration  # noqa: E402,F401  (device_map="auto" & co.)
 
-__all__ = ["executed_ops", "fallback_ops", "reset_executed_ops"]
+__all__ = ["executed_ops", "fallback_ops", "kernel_isa", "reset_executed_ops",
+           "supported_kernel_isas"]
 __version__ = "0.1.0"
