@@ -24,6 +24,20 @@ def measure_in_fresh_process(script, device_name, *args):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def isa_line():
+    """The instruction sets each side runs at: the neuron kernels' level
+    (TORCHNEURON_ISA caps it) and ATen's CPU capability with oneDNN's cap
+    (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA). To measure AVX2 code on an
+    AVX-512 machine fairly, cap both sides."""
+    import torch
+    import torchneuron
+
+    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "") or "best"
+    return (f"ISA: neuron kernels {torchneuron.kernel_isa()} (of "
+            f"{', '.join(torchneuron.supported_kernel_isas())}); CPU eager: ATen "
+            f"{torch.backends.cpu.get_cpu_capability()}, oneDNN {onednn}")
+
+
 def device_and_reps_main(doc, default_reps, measure):
     """The command line shared by benchmarks whose figures depend only on a
     device and a repeat count: with --child DEVICE REPS (internal) prints
@@ -43,6 +57,7 @@ def device_and_reps_main(doc, default_reps, measure):
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
           "each device measured in its own process", flush=True)
+    print(isa_line(), flush=True)
     script = inspect.getmodule(measure).__file__
     return (measure_in_fresh_process(script, "cpu", args.reps),
             measure_in_fresh_process(script, "neuron", args.reps), args.reps)

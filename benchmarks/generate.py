@@ -20,7 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from fresh_process import measure_in_fresh_process  # noqa: E402
+from fresh_process import isa_line, measure_in_fresh_process  # noqa: E402
 
 
 def build(dtype):
@@ -92,6 +92,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"{new_tokens} new tokens, {prompt}-token prompt for time to first token; "
           "each device measured in its own process", flush=True)
+    print(isa_line(), flush=True)
     for dtype_name in ("float32", "bfloat16"):
         c = measure_in_fresh_process(__file__, "cpu", dtype_name, new_tokens, prompt)
         n = measure_in_fresh_process(__file__, "neuron", dtype_name, new_tokens, prompt)
