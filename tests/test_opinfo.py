@@ -60,7 +60,9 @@ Known failures live in tests/opinfo_known_failures.json: one entry per
 (op, dtype, direction) with the failing sample indices (or "all") and a
 reason. A listed sample that fails is expected (the test reports xfail); a
 failure that is not listed fails the test; a listed sample that passes fails
-the test too (strict, like xfail(strict=True): remove it from the list).
+the test too (strict, like xfail(strict=True): remove it from the list),
+unless the entry says "strict": false: then its samples may pass or fail,
+for differences whose size depends on the CPU's kernels (the reason says why).
 Entries whose reason starts with "crash:" are never run: they would kill the
 whole pytest process (TORCHNEURON_OPINFO_RUN_CRASHES=1 runs them anyway, to
 check one with -k whether it still crashes).
@@ -213,6 +215,7 @@ def _load_known_failures():
         assert e.get("reason"), f"known-failure entry without a reason: {key}"
         samples = e["samples"]
         assert samples == "all" or (isinstance(samples, list) and samples), key
+        assert e.get("strict", True) in (True, False), f"strict must be true or false: {key}"
         table[key] = e
     return table
 
@@ -627,7 +630,9 @@ def run_op(oid, dtype_name, direction):
     crashed = listed & set(range(len(samples))) if crash else set()
     expected_fail = crashed | (listed & set(failures))
     unexpected = {i: m for i, m in failures.items() if i not in listed}
-    xpass = sorted(set(passed) & listed)
+    # A non-strict entry lists samples that may fail: whether they do depends on
+    # rounding in kernels that differ between CPUs (its reason says why).
+    xpass = sorted(set(passed) & listed) if known and known.get("strict", True) else []
     stats["pass"] += len(passed)
     stats["known"] += len(expected_fail)
     stats["unexpected"] += len(unexpected)
