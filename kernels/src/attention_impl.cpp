@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "attention_impl.hpp"
@@ -128,13 +129,36 @@ void load_rows(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, int
 
 // Rows [k0, k0+nk) of x as the B operand of a product: in place when they
 // already are float32 with whole vectors per row, else copied into `rows`.
-MatB value_rows(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, int64_t width,
+MatB rows_operand(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, int64_t width,
                 int64_t stride, float* rows) {
   if (x.dtype == DType::kFloat32 && x.strides[3] == 1 && width % kLanes == 0) {
     return {reinterpret_cast<const float*>(at_element(x, b, h, k0, 0)), x.strides[2]};
   }
   load_rows(x, b, h, k0, nk, width, stride, rows);
   return {rows, stride};
+}
+
+// scores[r][0..kBk) = q_r . key j for the rows that see the block, keys read
+// as rows (no transposed copy: worth it for a few rows only). Keys past nk
+// score 0 (their bias hides them).
+void direct_scores(const float* q, int64_t q_row, const Seen* seen, int64_t rows, MatB keys,
+                   int64_t nk, int64_t Dp, float* scores) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (seen[r] == Seen::kNone) continue;
+    const float* qr = q + r * q_row;
+    for (int64_t j0 = 0; j0 < kBk; j0 += kLanes) {
+      vec partial[kLanes];
+      for (int t = 0; t < kLanes; ++t) {
+        vec acc{};
+        if (j0 + t < nk) {
+          const float* key = keys.b + (j0 + t) * keys.row;
+          for (int64_t e = 0; e < Dp; e += kLanes) acc += vload(qr + e) * vload(key + e);
+        }
+        partial[t] = acc;
+      }
+      vstore(scores + r * kBk + j0, lane_sums(partial));
+    }
+  }
 }
 
 inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
@@ -175,9 +199,10 @@ inline void scale_row(float* x, int64_t n, float a) {
 }
 
 struct ForwardScratch {
-  std::vector<float> q, acc, m, l, kt, vb, bias, row, scores, probs;
+  std::vector<float> q, acc, m, l, kt, kb, vb, bias, row, scores, probs;
   std::vector<Seen> seen;
   void size(int64_t rows, const Dims& d) {
+    kb.resize(kBk * d.Dp);
     q.resize(rows * d.Dp);
     acc.resize(rows * d.Dvp);
     m.resize(rows);
@@ -194,7 +219,7 @@ struct ForwardScratch {
 
 // Below this many rows per item (decode), scores are dot products of each key
 // row read in place; above it, a transposed float32 copy of the key block
-// lets every row's scores be plain vector FMAs.
+// lets every row's scores be a product tile.
 constexpr int64_t kDirectRows = 8;
 
 void forward_item(const AttentionParams& p, const Dims& d, const View4& out, float* lse,
@@ -226,13 +251,8 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
 
     // 1. Scores of the rows that see the block.
     if (direct) {
-      for (int64_t r = 0; r < rows; ++r) std::fill(&s.scores[r * kBk], &s.scores[(r + 1) * kBk], 0.0f);
-      for (int64_t j = 0; j < nk; ++j) {
-        const float* key = row_f32(p.k, b, hk, k0 + j, d.D, s.row.data());
-        for (int64_t r = 0; r < rows; ++r) {
-          if (s.seen[r] != Seen::kNone) s.scores[r * kBk + j] = dot(&s.q[r * d.Dp], key, d.D);
-        }
-      }
+      const MatB keys = rows_operand(p.k, b, hk, k0, nk, d.D, d.Dp, s.kb.data());
+      direct_scores(s.q.data(), d.Dp, s.seen.data(), rows, keys, nk, d.Dp, s.scores.data());
     } else {
       load_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
       for_each_run(s.seen.data(), rows, [&](int64_t r0, int64_t r1) {
@@ -260,7 +280,7 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
     }
 
     // 3. acc += P.V, each value row read once per tile of rows.
-    const MatB values = value_rows(p.v, b, hk, k0, nk, d.Dv, d.Dvp, s.vb.data());
+    const MatB values = rows_operand(p.v, b, hk, k0, nk, d.Dv, d.Dvp, s.vb.data());
     for_each_run(s.seen.data(), rows, [&](int64_t r0, int64_t r1) {
       product<true>(r1 - r0, d.Dvp, nk, {&s.probs[r0 * kBk], kBk, 1}, values,
                     {&s.acc[r0 * d.Dvp], d.Dvp});
