@@ -161,6 +161,17 @@ void direct_scores(const float* q, int64_t q_row, const Seen* seen, int64_t rows
   }
 }
 
+// Asks for rows [k0, k0+nk) of x ahead of their use: decode reads each key
+// and value once, from memory, and has too little arithmetic to hide that.
+void prefetch_rows(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, int64_t width) {
+  if (x.strides[3] != 1) return;
+  const int64_t bytes = width * int64_t(dtype_size(x.dtype));
+  for (int64_t j = 0; j < nk; ++j) {
+    const char* row = at_element(x, b, h, k0 + j, 0);
+    for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at);
+  }
+}
+
 inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
   vec acc{};
   int64_t i = 0;
@@ -250,6 +261,11 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
     if (!any) continue;  // e.g. the unfilled part of a static KV cache
 
     // 1. Scores of the rows that see the block.
+    if (direct && k0 + kBk < d.S) {
+      const int64_t next = std::min(kBk, d.S - k0 - kBk);
+      prefetch_rows(p.k, b, hk, k0 + kBk, next, d.D);
+      prefetch_rows(p.v, b, hk, k0 + kBk, next, d.Dv);
+    }
     if (direct) {
       const MatB keys = rows_operand(p.k, b, hk, k0, nk, d.D, d.Dp, s.kb.data());
       direct_scores(s.q.data(), d.Dp, s.seen.data(), rows, keys, nk, d.Dp, s.scores.data());
