@@ -288,7 +288,7 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
         std::fill(pr, pr + kBk, 0.0f);
         continue;
       }
-      const float corr = exp_f32(s.m[r] - m_new);
+      const float corr = m_new == s.m[r] ? 1.0f : exp_f32(s.m[r] - m_new);  // exp(0) is 1
       const float sum = exp_sum(sc, m_new, pr);
       if (corr != 1.0f) scale_row(&s.acc[r * d.Dvp], d.Dvp, corr);
       s.l[r] = s.l[r] * corr + sum;

@@ -31,17 +31,28 @@ inline void vstore(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
 // Lane 0 shuffled into every lane (`vec{} + x` would be an add: 0 + -0 is +0).
 inline vec vsplat(float x) { return __builtin_shuffle(vec{x}, veci{}); }
 
-inline float hsum(vec v) {
-  float s = v[0];
-  for (int t = 1; t < kLanes; ++t) s += v[t];
-  return s;
-}
-inline float hmax(vec v) {
-  float m = v[0];
-  for (int t = 1; t < kLanes; ++t) m = v[t] > m ? v[t] : m;
-  return m;
-}
 inline vec vmax(vec a, vec b) { return a > b ? a : b; }
+
+// Across-lane reductions in log2(kLanes) shuffle steps (lane t meets lane
+// t ^ S), instead of a chain of kLanes - 1 dependent scalar operations.
+template <int S, int... T>
+constexpr veci swap_mask(std::integer_sequence<int, T...>) {
+  return veci{(T ^ S)...};
+}
+template <int S = kLanes / 2>
+inline vec all_lanes_sum(vec v) {
+  v += __builtin_shuffle(v, swap_mask<S>(std::make_integer_sequence<int, kLanes>{}));
+  if constexpr (S > 1) return all_lanes_sum<S / 2>(v);
+  return v;
+}
+template <int S = kLanes / 2>
+inline vec all_lanes_max(vec v) {
+  v = vmax(v, __builtin_shuffle(v, swap_mask<S>(std::make_integer_sequence<int, kLanes>{})));
+  if constexpr (S > 1) return all_lanes_max<S / 2>(v);
+  return v;
+}
+inline float hsum(vec v) { return all_lanes_sum(v)[0]; }
+inline float hmax(vec v) { return all_lanes_max(v)[0]; }
 
 // Sums across lanes of kLanes vectors at once: lane t of the result is the
 // sum of a[t]'s lanes. Each level folds pairs of vectors with two shuffles and
@@ -143,26 +154,38 @@ inline void product_tail(int64_t rows, MatA A, MatB B, MatC C, int64_t K) {
   }
 }
 
-template <int NV, bool kAccumulate>
-inline void product_strip(int64_t M, MatA A, MatB B, MatC C, int64_t K) {
-  int64_t i = 0;
-  for (; i + kTileRows <= M; i += kTileRows) {
-    product_tile<kTileRows, NV, kAccumulate>({A.a + i * A.row, A.row, A.inner}, B,
-                                             {C.c + i * C.row, C.row}, K);
-  }
-  product_tail<kTileRows - 1, NV, kAccumulate>(M - i, {A.a + i * A.row, A.row, A.inner}, B,
-                                               {C.c + i * C.row, C.row}, K);
-}
-
-// C (M x N) = A (M x K) . B (K x N), or += with kAccumulate; N % kLanes == 0.
-template <bool kAccumulate>
-void product(int64_t M, int64_t N, int64_t K, MatA A, MatB B, MatC C) {
+// Rows [0, R) of C across all N columns: strips of kTileVecs vectors, then
+// single vectors.
+template <int R, bool kAccumulate>
+inline void product_rows(int64_t N, MatA A, MatB B, MatC C, int64_t K) {
   constexpr int64_t kStrip = kTileVecs * kLanes;
   int64_t n = 0;
   for (; n + kStrip <= N; n += kStrip) {
-    product_strip<kTileVecs, kAccumulate>(M, A, {B.b + n, B.row}, {C.c + n, C.row}, K);
+    product_tile<R, kTileVecs, kAccumulate>(A, {B.b + n, B.row}, {C.c + n, C.row}, K);
   }
-  for (; n < N; n += kLanes) product_strip<1, kAccumulate>(M, A, {B.b + n, B.row}, {C.c + n, C.row}, K);
+  for (; n < N; n += kLanes) product_tile<R, 1, kAccumulate>(A, {B.b + n, B.row}, {C.c + n, C.row}, K);
+}
+
+// The last `rows` (< R) rows, as one narrower tile.
+template <int R, bool kAccumulate>
+inline void product_tail(int64_t rows, int64_t N, MatA A, MatB B, MatC C, int64_t K) {
+  if constexpr (R > 0) {
+    if (rows == R) return product_rows<R, kAccumulate>(N, A, B, C, K);
+    product_tail<R - 1, kAccumulate>(rows, N, A, B, C, K);
+  }
+}
+
+// C (M x N) = A (M x K) . B (K x N), or += with kAccumulate; N % kLanes == 0.
+// Row tiles outer: a tile's rows of A stay in L1 while it sweeps B.
+template <bool kAccumulate>
+void product(int64_t M, int64_t N, int64_t K, MatA A, MatB B, MatC C) {
+  int64_t i = 0;
+  for (; i + kTileRows <= M; i += kTileRows) {
+    product_rows<kTileRows, kAccumulate>(N, {A.a + i * A.row, A.row, A.inner}, B,
+                                         {C.c + i * C.row, C.row}, K);
+  }
+  product_tail<kTileRows - 1, kAccumulate>(M - i, N, {A.a + i * A.row, A.row, A.inner}, B,
+                                           {C.c + i * C.row, C.row}, K);
 }
 
 constexpr int64_t round_up_to_lanes(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
