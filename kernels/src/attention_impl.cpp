@@ -209,22 +209,28 @@ inline void scale_row(float* x, int64_t n, float a) {
   for (int64_t e = 0; e < n; e += kLanes) vstore(x + e, vload(x + e) * a);
 }
 
+// Rows per step of the forward: a step's scores, probabilities and bias for
+// one key block (3 x 12 KB) stay in L1/L2 between the products and the
+// softmax. A multiple of every level's tile rows.
+constexpr int64_t kForwardRows = 48;
+static_assert(kForwardRows % kTileRows == 0);
+
 struct ForwardScratch {
   std::vector<float> q, acc, m, l, kt, kb, vb, bias, row, scores, probs;
   std::vector<Seen> seen;
   void size(int64_t rows, const Dims& d) {
-    kb.resize(kBk * d.Dp);
     q.resize(rows * d.Dp);
     acc.resize(rows * d.Dvp);
     m.resize(rows);
     l.resize(rows);
     kt.resize(d.D * kBk);
+    kb.resize(kBk * d.Dp);
     vb.resize(kBk * d.Dvp);
-    bias.resize(rows * kBk);
     row.resize(std::max(d.D, d.Dv));
-    scores.resize(rows * kBk);
-    probs.resize(rows * kBk);
-    seen.resize(rows);
+    bias.resize(kForwardRows * kBk);
+    scores.resize(kForwardRows * kBk);
+    probs.resize(kForwardRows * kBk);
+    seen.resize(kForwardRows);
   }
 };
 
@@ -232,6 +238,22 @@ struct ForwardScratch {
 // row read in place; above it, a transposed float32 copy of the key block
 // lets every row's scores be a product tile.
 constexpr int64_t kDirectRows = 8;
+
+// Online softmax of one row over a block: new running max, rescaled
+// accumulator, probabilities into pr (all zero if the mask leaves nothing).
+inline void softmax_step(float* sc, const float* bias, float scale, float* pr, float& m,
+                         float& l, float* acc, int64_t Dvp) {
+  const float m_new = std::max(m, scale_bias_max(sc, bias, scale));
+  if (m_new == kNegInf) {  // P.V then adds zeros
+    std::fill(pr, pr + kBk, 0.0f);
+    return;
+  }
+  const float corr = m_new == m ? 1.0f : exp_f32(m - m_new);  // exp(0) is 1
+  const float sum = exp_sum(sc, m_new, pr);
+  if (corr != 1.0f) scale_row(acc, Dvp, corr);
+  l = l * corr + sum;
+  m = m_new;
+}
 
 void forward_item(const AttentionParams& p, const Dims& d, const View4& out, float* lse,
                   int64_t b, int64_t hk, int64_t q0, int64_t nq, ForwardScratch& s) {
@@ -253,54 +275,56 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
   for (int64_t k0 = 0; k0 < d.S; k0 += kBk) {
     if (p.causal && k0 > last_query) break;  // every later block is hidden too
     const int64_t nk = std::min(kBk, d.S - k0);
-    bool any = false;
-    for (int64_t r = 0; r < rows; ++r) {
-      s.seen[r] = bias_segment(p, b, head(r), query(r), k0, nk, &s.bias[r * kBk]);
-      any |= s.seen[r] != Seen::kNone;
-    }
-    if (!any) continue;  // e.g. the unfilled part of a static KV cache
+    bool loaded = false;  // keys and values are read once a row sees the block
+    MatB keys{}, values{};
+    for (int64_t c0 = 0; c0 < rows; c0 += kForwardRows) {
+      const int64_t chunk = std::min(kForwardRows, rows - c0);
+      bool any = false;
+      for (int64_t u = 0; u < chunk; ++u) {
+        s.seen[u] = bias_segment(p, b, head(c0 + u), query(c0 + u), k0, nk, &s.bias[u * kBk]);
+        any |= s.seen[u] != Seen::kNone;
+      }
+      if (!any) continue;  // e.g. the unfilled part of a static KV cache
+      if (!loaded) {
+        if (direct) {
+          if (k0 + kBk < d.S) {
+            const int64_t next = std::min(kBk, d.S - k0 - kBk);
+            prefetch_rows(p.k, b, hk, k0 + kBk, next, d.D);
+            prefetch_rows(p.v, b, hk, k0 + kBk, next, d.Dv);
+          }
+          keys = rows_operand(p.k, b, hk, k0, nk, d.D, d.Dp, s.kb.data());
+        } else {
+          load_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
+          keys = {s.kt.data(), kBk};
+        }
+        values = rows_operand(p.v, b, hk, k0, nk, d.Dv, d.Dvp, s.vb.data());
+        loaded = true;
+      }
+      const float* q = &s.q[c0 * d.Dp];
+      float* acc = &s.acc[c0 * d.Dvp];
 
-    // 1. Scores of the rows that see the block.
-    if (direct && k0 + kBk < d.S) {
-      const int64_t next = std::min(kBk, d.S - k0 - kBk);
-      prefetch_rows(p.k, b, hk, k0 + kBk, next, d.D);
-      prefetch_rows(p.v, b, hk, k0 + kBk, next, d.Dv);
-    }
-    if (direct) {
-      const MatB keys = rows_operand(p.k, b, hk, k0, nk, d.D, d.Dp, s.kb.data());
-      direct_scores(s.q.data(), d.Dp, s.seen.data(), rows, keys, nk, d.Dp, s.scores.data());
-    } else {
-      load_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
-      for_each_run(s.seen.data(), rows, [&](int64_t r0, int64_t r1) {
-        product<false>(r1 - r0, kBk, d.D, {&s.q[r0 * d.Dp], d.Dp, 1}, {s.kt.data(), kBk},
-                       {&s.scores[r0 * kBk], kBk});
+      // 1. Scores of the rows that see the block.
+      if (direct) {
+        direct_scores(q, d.Dp, s.seen.data(), chunk, keys, nk, d.Dp, s.scores.data());
+      } else {
+        for_each_run(s.seen.data(), chunk, [&](int64_t u0, int64_t u1) {
+          product<false>(u1 - u0, kBk, d.D, {q + u0 * d.Dp, d.Dp, 1}, keys,
+                         {&s.scores[u0 * kBk], kBk});
+        });
+      }
+      // 2. Online softmax.
+      for (int64_t u = 0; u < chunk; ++u) {
+        if (s.seen[u] == Seen::kNone) continue;
+        softmax_step(&s.scores[u * kBk], s.seen[u] == Seen::kSome ? &s.bias[u * kBk] : nullptr,
+                     p.scale, &s.probs[u * kBk], s.m[c0 + u], s.l[c0 + u], acc + u * d.Dvp,
+                     d.Dvp);
+      }
+      // 3. acc += P.V.
+      for_each_run(s.seen.data(), chunk, [&](int64_t u0, int64_t u1) {
+        product<true>(u1 - u0, d.Dvp, nk, {&s.probs[u0 * kBk], kBk, 1}, values,
+                      {acc + u0 * d.Dvp, d.Dvp});
       });
     }
-
-    // 2. Online softmax: new running max, rescaled accumulators, probabilities.
-    for (int64_t r = 0; r < rows; ++r) {
-      if (s.seen[r] == Seen::kNone) continue;
-      float* sc = &s.scores[r * kBk];
-      const float* bias = s.seen[r] == Seen::kSome ? &s.bias[r * kBk] : nullptr;
-      const float m_new = std::max(s.m[r], scale_bias_max(sc, bias, p.scale));
-      float* pr = &s.probs[r * kBk];
-      if (m_new == kNegInf) {  // the mask leaves nothing in this block (P.V adds zeros)
-        std::fill(pr, pr + kBk, 0.0f);
-        continue;
-      }
-      const float corr = m_new == s.m[r] ? 1.0f : exp_f32(s.m[r] - m_new);  // exp(0) is 1
-      const float sum = exp_sum(sc, m_new, pr);
-      if (corr != 1.0f) scale_row(&s.acc[r * d.Dvp], d.Dvp, corr);
-      s.l[r] = s.l[r] * corr + sum;
-      s.m[r] = m_new;
-    }
-
-    // 3. acc += P.V, each value row read once per tile of rows.
-    const MatB values = rows_operand(p.v, b, hk, k0, nk, d.Dv, d.Dvp, s.vb.data());
-    for_each_run(s.seen.data(), rows, [&](int64_t r0, int64_t r1) {
-      product<true>(r1 - r0, d.Dvp, nk, {&s.probs[r0 * kBk], kBk, 1}, values,
-                    {&s.acc[r0 * d.Dvp], d.Dvp});
-    });
   }
 
   for (int64_t r = 0; r < rows; ++r) {
