@@ -198,7 +198,7 @@ inline float scale_bias_max(float* __restrict x, const float* __restrict bias, f
 inline float exp_sum(const float* __restrict x, float shift, float* __restrict p) {
   vec sum{};
   for (int64_t j = 0; j < kBk; j += kLanes) {
-    const vec e = exp_vec(vload(x + j) - shift);
+    const vec e = exp_vec</*kAtMostZero=*/true>(vload(x + j) - shift);  // shift is the max
     vstore(p + j, e);
     sum += e;
   }

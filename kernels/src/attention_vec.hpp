@@ -87,10 +87,15 @@ inline vec lane_sums(vec* a) {
   return a[0];
 }
 
-// exp_f32 (numeric.hpp) on a whole vector, step for step the same.
+// exp_f32 (numeric.hpp) on a whole vector, step for step the same. With
+// kAtMostZero the caller guarantees x <= 0 or NaN (a softmax's x - max): the
+// upper clamp cannot act, and a NaN already comes out of the polynomial as
+// NaN, so both checks go (exp is most of the softmax's cost).
+template <bool kAtMostZero = false>
 inline vec exp_vec(vec x) {
   const vec lo = vsplat(-87.33654f), hi = vsplat(88.0f);
-  const vec xc = x < lo ? lo : (x > hi ? hi : x);
+  vec xc = x < lo ? lo : x;
+  if constexpr (!kAtMostZero) xc = xc > hi ? hi : xc;
   vec n = xc * 1.44269504088896341f;
   n = (n + 12582912.0f) - 12582912.0f;  // round to nearest (|n| < 2^22)
   vec r = xc - n * 0.693359375f;
@@ -106,6 +111,7 @@ inline vec exp_vec(vec x) {
   const vec scale = (vec)(e << 23);  // same-size vector casts reinterpret the bits
   vec y = poly * scale;
   y = x < lo ? vsplat(0.0f) : y;
+  if constexpr (kAtMostZero) return y;
   return x != x ? x : y;  // NaN in, NaN out
 }
 
