@@ -468,7 +468,10 @@ void forward(const AttentionParams& p, const View4& out, float* lse,
   parallel_for(d.B * d.Hkv * qblocks, [&](int64_t begin, int64_t end) {
     ForwardScratch s;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t qb = item % qblocks;
+      // Latest query blocks first: under the causal rule they see the most
+      // keys, and a pool that hands out chunks dynamically then ends on
+      // light ones.
+      const int64_t qb = qblocks - 1 - item % qblocks;
       const int64_t hk = (item / qblocks) % d.Hkv;
       const int64_t b = item / (qblocks * d.Hkv);
       const int64_t q0 = qb * nq;
