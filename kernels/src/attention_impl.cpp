@@ -130,7 +130,7 @@ void load_rows(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, int
 // Rows [k0, k0+nk) of x as the B operand of a product: in place when they
 // already are float32 with whole vectors per row, else copied into `rows`.
 MatB rows_operand(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, int64_t width,
-                int64_t stride, float* rows) {
+                  int64_t stride, float* rows) {
   if (x.dtype == DType::kFloat32 && x.strides[3] == 1 && width % kLanes == 0) {
     return {reinterpret_cast<const float*>(at_element(x, b, h, k0, 0)), x.strides[2]};
   }
