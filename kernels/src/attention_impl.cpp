@@ -9,8 +9,14 @@
 //
 // Backward: work items are (batch, KV head); an item owns dK and dV of its
 // KV head and dQ of its query heads, so items never write the same memory.
+//
+// Every product (Q.K^T, P.V and the five of the backward) runs through one
+// register-tiled kernel (attention_vec.hpp) on consecutive rows that see
+// the block, so the arithmetic is vector FMAs of the level's native width.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "attention_impl.hpp"
@@ -21,10 +27,14 @@
 namespace neuronkernels::NK_ISA {
 namespace {
 
-constexpr int64_t kBk = 64;  // keys per block: a multiple of every vector width
+#include "attention_vec.hpp"
+
+constexpr int64_t kBk = 64;  // keys per block: a multiple of every tile's columns
+static_assert(kBk % (kTileVecs * kLanes) == 0);
 
 struct Dims {
   int64_t B, Hq, Hkv, G, L, S, D, Dv;
+  int64_t Dp, Dvp;  // D and Dv rounded up to whole vectors (row strides of scratch)
 };
 
 Dims dims_of(const AttentionParams& p) {
@@ -37,13 +47,23 @@ Dims dims_of(const AttentionParams& p) {
   d.S = p.k.sizes[2];
   d.Dv = p.v.sizes[3];
   d.G = d.Hkv > 0 ? d.Hq / d.Hkv : 1;
+  d.Dp = round_up_to_lanes(d.D);
+  d.Dvp = round_up_to_lanes(d.Dv);
   return d;
 }
 
-// Row i's additive bias for keys [k0, k0+nk) into dst[0..kBk): mask plus the
-// causal rule, -inf beyond nk. Returns whether any of those keys is visible.
-bool bias_segment(const AttentionParams& p, int64_t b, int64_t h, int64_t i, int64_t k0,
+// How one row sees a block of keys.
+enum class Seen : uint8_t {
+  kNone,  // every key hidden: the row skips the block
+  kAll,   // a full block, no mask, no causal cut: no bias to add
+  kSome,  // the bias (mask, causal rule, -inf past the end) was written out
+};
+
+// Row i's view of keys [k0, k0+nk); for kSome, its additive bias into dst[0..kBk).
+Seen bias_segment(const AttentionParams& p, int64_t b, int64_t h, int64_t i, int64_t k0,
                   int64_t nk, float* dst) {
+  if (p.causal && k0 > i) return Seen::kNone;
+  if (!p.mask.data && nk == kBk && (!p.causal || k0 + kBk - 1 <= i)) return Seen::kAll;
   if (p.mask.data) {
     load_f32(at_element(p.mask, b, h, i, k0), p.mask.dtype, p.mask.strides[3], nk, dst);
   } else {
@@ -55,147 +75,22 @@ bool bias_segment(const AttentionParams& p, int64_t b, int64_t h, int64_t i, int
   }
   bool any = false;
   for (int64_t j = 0; j < nk; ++j) any |= dst[j] != kNegInf;
-  return any;
+  return any ? Seen::kSome : Seen::kNone;
 }
 
-// kt[d][j] = key (k0 + j), feature d, as float32; zero beyond nk.
-void load_keys_transposed(const View4& k, int64_t b, int64_t hk, int64_t k0, int64_t nk,
-                          int64_t D, float* kt, std::vector<float>& row_scratch) {
-  row_scratch.resize(D);
-  float* row = row_scratch.data();
-  for (int64_t j = 0; j < kBk; ++j) {
-    if (j < nk) {
-      load_f32(at_element(k, b, hk, k0 + j, 0), k.dtype, k.strides[3], D, row);
-    } else {
-      std::fill(row, row + D, 0.0f);
+// Calls f(begin, end) for each maximal run of rows that see the block.
+template <class F>
+void for_each_run(const Seen* seen, int64_t rows, F&& f) {
+  for (int64_t r = 0; r < rows;) {
+    if (seen[r] == Seen::kNone) {
+      ++r;
+      continue;
     }
-    for (int64_t d = 0; d < D; ++d) kt[d * kBk + j] = row[d];
+    int64_t end = r + 1;
+    while (end < rows && seen[end] != Seen::kNone) ++end;
+    f(r, end);
+    r = end;
   }
-}
-
-// rows[j][e] = row (k0 + j) of x, as float32; zero beyond nk.
-void load_rows(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, int64_t width,
-               float* rows) {
-  for (int64_t j = 0; j < kBk; ++j) {
-    float* dst = rows + j * width;
-    if (j < nk) {
-      load_f32(at_element(x, b, h, k0 + j, 0), x.dtype, x.strides[3], width, dst);
-    } else {
-      std::fill(dst, dst + width, 0.0f);
-    }
-  }
-}
-
-// y[e] += a * x[e]
-inline void axpy(float a, const float* __restrict x, float* __restrict y, int64_t n) {
-  for (int64_t e = 0; e < n; ++e) y[e] += a * x[e];
-}
-
-// Register tiles for many rows (prefill): kTileRows rows share every load of
-// a key or value row, and their accumulators stay in vector registers
-// (GCC vector extensions: one zmm per vector on AVX-512, split into
-// narrower registers on the other instruction sets).
-typedef float vec16 __attribute__((vector_size(64)));
-constexpr int64_t kTileRows = 4;
-
-inline vec16 load16(const float* p) {
-  vec16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store16(float* p, vec16 v) { std::memcpy(p, &v, sizeof v); }
-
-// scores[r][0..kBk) = q_r . kt[.][0..kBk) for NR rows at once.
-template <int NR>
-inline void dot_block_tile(const float* const* q, const float* __restrict kt, int64_t D,
-                           float* const* scores) {
-  vec16 acc[NR][kBk / 16] = {};
-  for (int64_t d = 0; d < D; ++d) {
-    vec16 k[kBk / 16];
-    for (int c = 0; c < kBk / 16; ++c) k[c] = load16(kt + d * kBk + 16 * c);
-    for (int r = 0; r < NR; ++r) {
-      const float qd = q[r][d];
-      for (int c = 0; c < kBk / 16; ++c) acc[r][c] += qd * k[c];
-    }
-  }
-  for (int r = 0; r < NR; ++r) {
-    for (int c = 0; c < kBk / 16; ++c) store16(scores[r] + 16 * c, acc[r][c]);
-  }
-}
-
-// One row: s[j] = sum_d q[d] * kt[d][j].
-inline void dot_block(const float* q, const float* kt, int64_t D, float* s) {
-  dot_block_tile<1>(&q, kt, D, &s);
-}
-
-// acc_r[0..Dv) += sum_j p_r[j] * vb[j][0..Dv) for NR rows, Dv % 64 == 0.
-template <int NR>
-inline void pv_tile(const float* const* p, const float* __restrict vb, int64_t nk, int64_t Dv,
-                    float* const* acc) {
-  for (int64_t e0 = 0; e0 < Dv; e0 += 64) {
-    vec16 a[NR][4];
-    for (int r = 0; r < NR; ++r) {
-      for (int c = 0; c < 4; ++c) a[r][c] = load16(acc[r] + e0 + 16 * c);
-    }
-    for (int64_t j = 0; j < nk; ++j) {
-      vec16 v[4];
-      for (int c = 0; c < 4; ++c) v[c] = load16(vb + j * Dv + e0 + 16 * c);
-      for (int r = 0; r < NR; ++r) {
-        const float pj = p[r][j];
-        for (int c = 0; c < 4; ++c) a[r][c] += pj * v[c];
-      }
-    }
-    for (int r = 0; r < NR; ++r) {
-      for (int c = 0; c < 4; ++c) store16(acc[r] + e0 + 16 * c, a[r][c]);
-    }
-  }
-}
-
-// Reductions over 16 independent lanes: the compiler may not reorder a float
-// sum or max by itself, and a scalar loop here would serialize the exps too.
-constexpr int64_t kLanes = 16;
-
-inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
-  float lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int64_t t = 0; t < kLanes; ++t) lanes[t] += a[i + t] * b[i + t];
-  }
-  float s = 0.0f;
-  for (int64_t t = 0; t < kLanes; ++t) s += lanes[t];
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-// x[j] = x[j] * scale + bias[j] over a key block; returns the block's max.
-inline float scale_bias_max(float* __restrict x, const float* __restrict bias, float scale) {
-  float lanes[kLanes];
-  for (int64_t t = 0; t < kLanes; ++t) lanes[t] = kNegInf;
-  for (int64_t j = 0; j < kBk; j += kLanes) {
-    for (int64_t t = 0; t < kLanes; ++t) {
-      const float v = x[j + t] * scale + bias[j + t];
-      x[j + t] = v;
-      lanes[t] = v > lanes[t] ? v : lanes[t];
-    }
-  }
-  float m = kNegInf;
-  for (int64_t t = 0; t < kLanes; ++t) m = lanes[t] > m ? lanes[t] : m;
-  return m;
-}
-
-// p[j] = exp(x[j] - shift) over a key block; returns the sum.
-inline float exp_sum(const float* __restrict x, float shift, float* __restrict p) {
-  float lanes[kLanes] = {};
-  for (int64_t j = 0; j < kBk; j += kLanes) {
-    for (int64_t t = 0; t < kLanes; ++t) {
-      const float e = exp_f32(x[j + t] - shift);
-      p[j + t] = e;
-      lanes[t] += e;
-    }
-  }
-  float sum = 0.0f;
-  for (int64_t t = 0; t < kLanes; ++t) sum += lanes[t];
-  return sum;
 }
 
 // Row `j` of x (feature dim contiguous or not, any dtype) as float32: the
@@ -208,26 +103,157 @@ inline const float* row_f32(const View4& x, int64_t b, int64_t h, int64_t j, int
   return scratch;
 }
 
+// kt[d][j] = row (k0 + j) of x, feature d, as float32; zero beyond nk.
+void load_transposed(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk,
+                     int64_t width, float* kt, std::vector<float>& row_scratch) {
+  row_scratch.resize(width);
+  for (int64_t j = 0; j < kBk; ++j) {
+    if (j < nk) {
+      const float* row = row_f32(x, b, h, k0 + j, width, row_scratch.data());
+      for (int64_t e = 0; e < width; ++e) kt[e * kBk + j] = row[e];
+    } else {
+      for (int64_t e = 0; e < width; ++e) kt[e * kBk + j] = 0.0f;
+    }
+  }
+}
+
+// rows[j][0..stride) = row (k0 + j) of x as float32, zero-padded past width.
+void load_rows(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, int64_t width,
+               int64_t stride, float* rows) {
+  for (int64_t j = 0; j < nk; ++j) {
+    float* dst = rows + j * stride;
+    load_f32(at_element(x, b, h, k0 + j, 0), x.dtype, x.strides[3], width, dst);
+    std::fill(dst + width, dst + stride, 0.0f);
+  }
+}
+
+// Rows [k0, k0+nk) of x as the B operand of a product: in place when they
+// already are float32 with whole vectors per row, else copied into `rows`.
+MatB rows_operand(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, int64_t width,
+                  int64_t stride, float* rows) {
+  if (x.dtype == DType::kFloat32 && x.strides[3] == 1 && width % kLanes == 0) {
+    return {reinterpret_cast<const float*>(at_element(x, b, h, k0, 0)), x.strides[2]};
+  }
+  load_rows(x, b, h, k0, nk, width, stride, rows);
+  return {rows, stride};
+}
+
+// scores[r][0..kBk) = q_r . key j for the rows that see the block, keys read
+// as rows (no transposed copy: worth it for a few rows only). Keys past nk
+// score 0 (their bias hides them).
+void direct_scores(const float* q, int64_t q_row, const Seen* seen, int64_t rows, MatB keys,
+                   int64_t nk, int64_t Dp, float* scores) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (seen[r] == Seen::kNone) continue;
+    const float* qr = q + r * q_row;
+    for (int64_t j0 = 0; j0 < kBk; j0 += kLanes) {
+      vec partial[kLanes];
+      for (int t = 0; t < kLanes; ++t) {
+        vec acc{};
+        if (j0 + t < nk) {
+          const float* key = keys.b + (j0 + t) * keys.row;
+          for (int64_t e = 0; e < Dp; e += kLanes) acc += vload(qr + e) * vload(key + e);
+        }
+        partial[t] = acc;
+      }
+      vstore(scores + r * kBk + j0, lane_sums(partial));
+    }
+  }
+}
+
+// Asks for rows [k0, k0+nk) of x ahead of their use: decode reads each key
+// and value once, from memory, and has too little arithmetic to hide that.
+void prefetch_rows(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, int64_t width) {
+  if (x.strides[3] != 1) return;
+  const int64_t bytes = width * int64_t(dtype_size(x.dtype));
+  for (int64_t j = 0; j < nk; ++j) {
+    const char* row = at_element(x, b, h, k0 + j, 0);
+    for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at);
+  }
+}
+
+inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
+  vec acc{};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) acc += vload(a + i) * vload(b + i);
+  float s = hsum(acc);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// x[j] = x[j] * scale + bias[j] over a key block (bias null: none); returns
+// the block's max.
+inline float scale_bias_max(float* __restrict x, const float* __restrict bias, float scale) {
+  vec m = vsplat(kNegInf);
+  for (int64_t j = 0; j < kBk; j += kLanes) {
+    vec v = vload(x + j) * scale;
+    if (bias) v += vload(bias + j);
+    vstore(x + j, v);
+    m = vmax(m, v);
+  }
+  return hmax(m);
+}
+
+// p[j] = exp(x[j] - shift) over a key block; returns the sum.
+inline float exp_sum(const float* __restrict x, float shift, float* __restrict p) {
+  vec sum{};
+  for (int64_t j = 0; j < kBk; j += kLanes) {
+    const vec e = exp_vec</*kAtMostZero=*/true>(vload(x + j) - shift);  // shift is the max
+    vstore(p + j, e);
+    sum += e;
+  }
+  return hsum(sum);
+}
+
+inline void scale_row(float* x, int64_t n, float a) {
+  for (int64_t e = 0; e < n; e += kLanes) vstore(x + e, vload(x + e) * a);
+}
+
+// Rows per step of the forward: a step's scores, probabilities and bias for
+// one key block (3 x 12 KB) stay in L1/L2 between the products and the
+// softmax. A multiple of every level's tile rows.
+constexpr int64_t kForwardRows = 48;
+static_assert(kForwardRows % kTileRows == 0);
+
 struct ForwardScratch {
-  std::vector<float> q, acc, m, l, kt, vb, bias, row, scores, probs;
+  std::vector<float> q, acc, m, l, kt, kb, vb, bias, row, scores, probs;
+  std::vector<Seen> seen;
   void size(int64_t rows, const Dims& d) {
-    q.resize(rows * d.D);
-    acc.resize(rows * d.Dv);
+    q.resize(rows * d.Dp);
+    acc.resize(rows * d.Dvp);
     m.resize(rows);
     l.resize(rows);
     kt.resize(d.D * kBk);
-    vb.resize(kBk * d.Dv);
-    bias.resize(rows * kBk);
+    kb.resize(kBk * d.Dp);
+    vb.resize(kBk * d.Dvp);
     row.resize(std::max(d.D, d.Dv));
-    scores.resize(rows * kBk);
-    probs.resize(rows * kBk);
+    bias.resize(kForwardRows * kBk);
+    scores.resize(kForwardRows * kBk);
+    probs.resize(kForwardRows * kBk);
+    seen.resize(kForwardRows);
   }
 };
 
 // Below this many rows per item (decode), scores are dot products of each key
 // row read in place; above it, a transposed float32 copy of the key block
-// lets every row's scores be plain vector FMAs.
+// lets every row's scores be a product tile.
 constexpr int64_t kDirectRows = 8;
+
+// Online softmax of one row over a block: new running max, rescaled
+// accumulator, probabilities into pr (all zero if the mask leaves nothing).
+inline void softmax_step(float* sc, const float* bias, float scale, float* pr, float& m,
+                         float& l, float* acc, int64_t Dvp) {
+  const float m_new = std::max(m, scale_bias_max(sc, bias, scale));
+  if (m_new == kNegInf) {  // P.V then adds zeros
+    std::fill(pr, pr + kBk, 0.0f);
+    return;
+  }
+  const float corr = m_new == m ? 1.0f : exp_f32(m - m_new);  // exp(0) is 1
+  const float sum = exp_sum(sc, m_new, pr);
+  if (corr != 1.0f) scale_row(acc, Dvp, corr);
+  l = l * corr + sum;
+  m = m_new;
+}
 
 void forward_item(const AttentionParams& p, const Dims& d, const View4& out, float* lse,
                   int64_t b, int64_t hk, int64_t q0, int64_t nq, ForwardScratch& s) {
@@ -236,101 +262,68 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
   auto head = [&](int64_t r) { return hk * d.G + r / nq; };
   auto query = [&](int64_t r) { return q0 + r % nq; };
   for (int64_t r = 0; r < rows; ++r) {
-    load_f32(at_element(p.q, b, head(r), query(r), 0), p.q.dtype, p.q.strides[3], d.D,
-             &s.q[r * d.D]);
+    float* q = &s.q[r * d.Dp];
+    load_f32(at_element(p.q, b, head(r), query(r), 0), p.q.dtype, p.q.strides[3], d.D, q);
+    std::fill(q + d.D, q + d.Dp, 0.0f);
   }
   std::fill(s.acc.begin(), s.acc.end(), 0.0f);
   std::fill(s.m.begin(), s.m.end(), kNegInf);
   std::fill(s.l.begin(), s.l.end(), 0.0f);
-  std::vector<int64_t> active;
-  active.reserve(rows);
   const int64_t last_query = q0 + nq - 1;
   const bool direct = rows < kDirectRows;
 
   for (int64_t k0 = 0; k0 < d.S; k0 += kBk) {
     if (p.causal && k0 > last_query) break;  // every later block is hidden too
     const int64_t nk = std::min(kBk, d.S - k0);
-    active.clear();
-    for (int64_t r = 0; r < rows; ++r) {
-      if (bias_segment(p, b, head(r), query(r), k0, nk, &s.bias[r * kBk])) active.push_back(r);
-    }
-    if (active.empty()) continue;  // e.g. the unfilled part of a static KV cache
-
-    // 1. Scores of the active rows.
-    if (direct) {
-      for (int64_t r : active) std::fill(&s.scores[r * kBk], &s.scores[r * kBk] + kBk, 0.0f);
-      for (int64_t j = 0; j < nk; ++j) {
-        const float* key = row_f32(p.k, b, hk, k0 + j, d.D, s.row.data());
-        for (int64_t r : active) s.scores[r * kBk + j] = dot(&s.q[r * d.D], key, d.D);
+    bool loaded = false;  // keys and values are read once a row sees the block
+    MatB keys{}, values{};
+    for (int64_t c0 = 0; c0 < rows; c0 += kForwardRows) {
+      const int64_t chunk = std::min(kForwardRows, rows - c0);
+      bool any = false;
+      for (int64_t u = 0; u < chunk; ++u) {
+        s.seen[u] = bias_segment(p, b, head(c0 + u), query(c0 + u), k0, nk, &s.bias[u * kBk]);
+        any |= s.seen[u] != Seen::kNone;
       }
-    } else {
-      load_keys_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
-      size_t t = 0;
-      for (; t + kTileRows <= active.size(); t += kTileRows) {
-        const float* q[kTileRows];
-        float* sc[kTileRows];
-        for (int64_t u = 0; u < kTileRows; ++u) {
-          q[u] = &s.q[active[t + u] * d.D];
-          sc[u] = &s.scores[active[t + u] * kBk];
+      if (!any) continue;  // e.g. the unfilled part of a static KV cache
+      if (!loaded) {
+        if (direct) {
+          if (k0 + kBk < d.S) {
+            const int64_t next = std::min(kBk, d.S - k0 - kBk);
+            prefetch_rows(p.k, b, hk, k0 + kBk, next, d.D);
+            prefetch_rows(p.v, b, hk, k0 + kBk, next, d.Dv);
+          }
+          keys = rows_operand(p.k, b, hk, k0, nk, d.D, d.Dp, s.kb.data());
+        } else {
+          load_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
+          keys = {s.kt.data(), kBk};
         }
-        dot_block_tile<kTileRows>(q, s.kt.data(), d.D, sc);
+        values = rows_operand(p.v, b, hk, k0, nk, d.Dv, d.Dvp, s.vb.data());
+        loaded = true;
       }
-      for (; t < active.size(); ++t) {
-        dot_block(&s.q[active[t] * d.D], s.kt.data(), d.D, &s.scores[active[t] * kBk]);
-      }
-    }
+      const float* q = &s.q[c0 * d.Dp];
+      float* acc = &s.acc[c0 * d.Dvp];
 
-    // 2. Online softmax: new running max, rescaled accumulators, probabilities.
-    bool any = false;
-    for (int64_t r : active) {
-      float* sc = &s.scores[r * kBk];
-      const float m_new = std::max(s.m[r], scale_bias_max(sc, &s.bias[r * kBk], p.scale));
-      float* pr = &s.probs[r * kBk];
-      if (m_new == kNegInf) {  // the mask and the causal rule leave nothing in this block
-        std::fill(pr, pr + kBk, 0.0f);
-        continue;
+      // 1. Scores of the rows that see the block.
+      if (direct) {
+        direct_scores(q, d.Dp, s.seen.data(), chunk, keys, nk, d.Dp, s.scores.data());
+      } else {
+        for_each_run(s.seen.data(), chunk, [&](int64_t u0, int64_t u1) {
+          product<false>(u1 - u0, kBk, d.D, {q + u0 * d.Dp, d.Dp, 1}, keys,
+                         {&s.scores[u0 * kBk], kBk});
+        });
       }
-      const float corr = exp_f32(s.m[r] - m_new);
-      const float sum = exp_sum(sc, m_new, pr);
-      if (corr != 1.0f) {
-        float* acc = &s.acc[r * d.Dv];
-        for (int64_t e = 0; e < d.Dv; ++e) acc[e] *= corr;
+      // 2. Online softmax.
+      for (int64_t u = 0; u < chunk; ++u) {
+        if (s.seen[u] == Seen::kNone) continue;
+        softmax_step(&s.scores[u * kBk], s.seen[u] == Seen::kSome ? &s.bias[u * kBk] : nullptr,
+                     p.scale, &s.probs[u * kBk], s.m[c0 + u], s.l[c0 + u], acc + u * d.Dvp,
+                     d.Dvp);
       }
-      s.l[r] = s.l[r] * corr + sum;
-      s.m[r] = m_new;
-      any = true;
-    }
-    if (!any) continue;
-
-    // 3. acc += P.V, each value row read once for all rows.
-    if (!direct) load_rows(p.v, b, hk, k0, nk, d.Dv, s.vb.data());
-    if (!direct && d.Dv % 64 == 0) {
-      // Rows whose probabilities are all zero here (fully hidden by the
-      // online max) still go through: a zero contributes nothing.
-      size_t t = 0;
-      for (; t + kTileRows <= active.size(); t += kTileRows) {
-        const float* pr[kTileRows];
-        float* acc[kTileRows];
-        for (int64_t u = 0; u < kTileRows; ++u) {
-          pr[u] = &s.probs[active[t + u] * kBk];
-          acc[u] = &s.acc[active[t + u] * d.Dv];
-        }
-        pv_tile<kTileRows>(pr, s.vb.data(), nk, d.Dv, acc);
-      }
-      for (; t < active.size(); ++t) {
-        const float* pr[1] = {&s.probs[active[t] * kBk]};
-        float* acc[1] = {&s.acc[active[t] * d.Dv]};
-        pv_tile<1>(pr, s.vb.data(), nk, d.Dv, acc);
-      }
-      continue;
-    }
-    for (int64_t j = 0; j < nk; ++j) {
-      const float* value = direct ? row_f32(p.v, b, hk, k0 + j, d.Dv, s.row.data())
-                                  : &s.vb[j * d.Dv];
-      for (int64_t r : active) {
-        const float pj = s.probs[r * kBk + j];
-        if (pj != 0.0f) axpy(pj, value, &s.acc[r * d.Dv], d.Dv);
-      }
+      // 3. acc += P.V.
+      for_each_run(s.seen.data(), chunk, [&](int64_t u0, int64_t u1) {
+        product<true>(u1 - u0, d.Dvp, nk, {&s.probs[u0 * kBk], kBk, 1}, values,
+                      {acc + u0 * d.Dvp, d.Dvp});
+      });
     }
   }
 
@@ -339,13 +332,18 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
     const float l = s.l[r];
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // a row that sees no key outputs zeros
     void* dst = const_cast<char*>(at_element(out, b, h, i, 0));
-    store_f32(dst, out.dtype, out.strides[3], d.Dv, &s.acc[r * d.Dv], inv);
+    store_f32(dst, out.dtype, out.strides[3], d.Dv, &s.acc[r * d.Dvp], inv);
     if (lse) lse[(b * d.Hq + h) * d.L + i] = l > 0.0f ? s.m[r] + std::log(l) : kNegInf;
   }
 }
 
+// Rows per step of the backward: their scores, probabilities and score
+// gradients for one key block stay in L1/L2 (3 x 16 KB).
+constexpr int64_t kBackwardRows = 64;
+
 struct BackwardScratch {
-  std::vector<float> q, dout, delta, lse, dq, kt, kb, vt, dk, dv, bias, row;
+  std::vector<float> q, dout, delta, lse, dq, kt, kb, vt, dk, dv, bias, row, probs, dscores;
+  std::vector<Seen> seen;
 };
 
 void backward_item(const AttentionParams& p, const Dims& d, const View4& out, const float* lse,
@@ -354,83 +352,104 @@ void backward_item(const AttentionParams& p, const Dims& d, const View4& out, co
   const int64_t rows = d.G * d.L;
   auto head = [&](int64_t r) { return hk * d.G + r / d.L; };
   auto query = [&](int64_t r) { return r % d.L; };
-  s.q.resize(rows * d.D);
-  s.dout.resize(rows * d.Dv);
+  s.q.resize(rows * d.Dp);
+  s.dout.resize(rows * d.Dvp);
   s.delta.resize(rows);
   s.lse.resize(rows);
-  s.dq.assign(rows * d.D, 0.0f);
+  s.dq.assign(rows * d.Dp, 0.0f);
   s.kt.resize(d.D * kBk);
-  s.kb.resize(kBk * d.D);
+  s.kb.resize(kBk * d.Dp);
   s.vt.resize(d.Dv * kBk);
-  s.dk.resize(kBk * d.D);
-  s.dv.resize(kBk * d.Dv);
-  s.bias.resize(kBk);
+  s.dk.resize(kBk * d.Dp);
+  s.dv.resize(kBk * d.Dvp);
+  s.bias.resize(kBackwardRows * kBk);
+  s.probs.resize(kBackwardRows * kBk);
+  s.dscores.resize(kBackwardRows * kBk);
+  s.seen.resize(kBackwardRows);
   std::vector<float> o(d.Dv);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = head(r), i = query(r);
-    load_f32(at_element(p.q, b, h, i, 0), p.q.dtype, p.q.strides[3], d.D, &s.q[r * d.D]);
-    float* dout = &s.dout[r * d.Dv];
+    float* q = &s.q[r * d.Dp];
+    load_f32(at_element(p.q, b, h, i, 0), p.q.dtype, p.q.strides[3], d.D, q);
+    std::fill(q + d.D, q + d.Dp, 0.0f);
+    float* dout = &s.dout[r * d.Dvp];
     load_f32(at_element(grad_out, b, h, i, 0), grad_out.dtype, grad_out.strides[3], d.Dv, dout);
+    std::fill(dout + d.Dv, dout + d.Dvp, 0.0f);
     load_f32(at_element(out, b, h, i, 0), out.dtype, out.strides[3], d.Dv, o.data());
-    float delta = 0.0f;
-    for (int64_t e = 0; e < d.Dv; ++e) delta += dout[e] * o[e];
-    s.delta[r] = delta;
+    s.delta[r] = dot(dout, o.data(), d.Dv);
     s.lse[r] = lse[(b * d.Hq + h) * d.L + i];
   }
-  float sc[kBk], pr[kBk], dp[kBk], ds[kBk];
 
   for (int64_t k0 = 0; k0 < d.S; k0 += kBk) {
     const int64_t nk = std::min(kBk, d.S - k0);
     std::fill(s.dk.begin(), s.dk.end(), 0.0f);
     std::fill(s.dv.begin(), s.dv.end(), 0.0f);
     bool loaded = false;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t h = head(r), i = query(r);
-      if (p.causal && k0 > i) continue;
-      if (s.lse[r] == kNegInf) continue;  // the row saw no key: no gradient
-      if (!bias_segment(p, b, h, i, k0, nk, s.bias.data())) continue;
+    for (int64_t c0 = 0; c0 < rows; c0 += kBackwardRows) {
+      const int64_t chunk = std::min(kBackwardRows, rows - c0);
+      bool any = false;
+      for (int64_t u = 0; u < chunk; ++u) {
+        const int64_t r = c0 + u;
+        s.seen[u] = s.lse[r] == kNegInf  // the row saw no key: no gradient
+                        ? Seen::kNone
+                        : bias_segment(p, b, head(r), query(r), k0, nk, &s.bias[u * kBk]);
+        any |= s.seen[u] != Seen::kNone;
+      }
+      if (!any) continue;
       if (!loaded) {
-        load_keys_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
-        load_rows(p.k, b, hk, k0, nk, d.D, s.kb.data());
-        load_keys_transposed(p.v, b, hk, k0, nk, d.Dv, s.vt.data(), s.row);
+        load_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
+        load_rows(p.k, b, hk, k0, nk, d.D, d.Dp, s.kb.data());
+        load_transposed(p.v, b, hk, k0, nk, d.Dv, s.vt.data(), s.row);
         loaded = true;
       }
-      const float* q = &s.q[r * d.D];
-      const float* dout = &s.dout[r * d.Dv];
-      dot_block(q, s.kt.data(), d.D, sc);
-      dot_block(dout, s.vt.data(), d.Dv, dp);
-      for (int64_t j = 0; j < kBk; ++j) {
-        pr[j] = exp_f32(sc[j] * p.scale + s.bias[j] - s.lse[r]);
-        ds[j] = pr[j] * (dp[j] - s.delta[r]);
-      }
-      float* dq = &s.dq[r * d.D];
-      for (int64_t j = 0; j < nk; ++j) {
-        if (pr[j] == 0.0f) continue;
-        axpy(pr[j], dout, &s.dv[j * d.Dv], d.Dv);
-        axpy(ds[j], q, &s.dk[j * d.D], d.D);
-        axpy(ds[j], &s.kb[j * d.D], dq, d.D);
-      }
-      if (g.dscores) {
-        float* row = g.dscores + ((b * d.Hq + h) * d.L + i) * d.S + k0;
-        std::memcpy(row, ds, nk * sizeof(float));
-      }
+      for_each_run(s.seen.data(), chunk, [&](int64_t u0, int64_t u1) {
+        const int64_t r0 = c0 + u0, n = u1 - u0;
+        float* pr = &s.probs[u0 * kBk];
+        float* ds = &s.dscores[u0 * kBk];
+        const float* q = &s.q[r0 * d.Dp];
+        const float* dout = &s.dout[r0 * d.Dvp];
+        // Scores into pr, dP = dO.V^T into ds; then P and dS = P * (dP - delta) in place.
+        product<false>(n, kBk, d.D, {q, d.Dp, 1}, {s.kt.data(), kBk}, {pr, kBk});
+        product<false>(n, kBk, d.Dv, {dout, d.Dvp, 1}, {s.vt.data(), kBk}, {ds, kBk});
+        for (int64_t u = u0; u < u1; ++u) {
+          const int64_t r = c0 + u;
+          float* prow = &s.probs[u * kBk];
+          float* dsrow = &s.dscores[u * kBk];
+          const float* bias = s.seen[u] == Seen::kSome ? &s.bias[u * kBk] : nullptr;
+          for (int64_t j = 0; j < kBk; j += kLanes) {
+            vec x = vload(prow + j) * p.scale;
+            if (bias) x += vload(bias + j);
+            const vec pj = exp_vec(x - s.lse[r]);
+            vstore(prow + j, pj);
+            vstore(dsrow + j, pj * (vload(dsrow + j) - s.delta[r]));
+          }
+          if (g.dscores) {
+            float* dst = g.dscores + ((b * d.Hq + head(r)) * d.L + query(r)) * d.S + k0;
+            std::memcpy(dst, dsrow, nk * sizeof(float));
+          }
+        }
+        // dV += P^T.dO, dK += dS^T.Q (unscaled), dQ += dS.K (unscaled).
+        product<true>(nk, d.Dvp, n, {pr, 1, kBk}, {dout, d.Dvp}, {s.dv.data(), d.Dvp});
+        product<true>(nk, d.Dp, n, {ds, 1, kBk}, {q, d.Dp}, {s.dk.data(), d.Dp});
+        product<true>(n, d.Dp, nk, {ds, kBk, 1}, {s.kb.data(), d.Dp}, {&s.dq[r0 * d.Dp], d.Dp});
+      });
     }
     // Every key row gets written, zeros included (no row saw it).
     for (int64_t j = 0; j < nk; ++j) {
       if (g.dk.data) {
         store_f32(const_cast<char*>(at_element(g.dk, b, hk, k0 + j, 0)), g.dk.dtype,
-                  g.dk.strides[3], d.D, &s.dk[j * d.D], p.scale);
+                  g.dk.strides[3], d.D, &s.dk[j * d.Dp], p.scale);
       }
       if (g.dv.data) {
         store_f32(const_cast<char*>(at_element(g.dv, b, hk, k0 + j, 0)), g.dv.dtype,
-                  g.dv.strides[3], d.Dv, &s.dv[j * d.Dv], 1.0f);
+                  g.dv.strides[3], d.Dv, &s.dv[j * d.Dvp], 1.0f);
       }
     }
   }
   if (g.dq.data) {
     for (int64_t r = 0; r < rows; ++r) {
       store_f32(const_cast<char*>(at_element(g.dq, b, head(r), query(r), 0)), g.dq.dtype,
-                g.dq.strides[3], d.D, &s.dq[r * d.D], p.scale);
+                g.dq.strides[3], d.D, &s.dq[r * d.Dp], p.scale);
     }
   }
 }
@@ -449,7 +468,10 @@ void forward(const AttentionParams& p, const View4& out, float* lse,
   parallel_for(d.B * d.Hkv * qblocks, [&](int64_t begin, int64_t end) {
     ForwardScratch s;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t qb = item % qblocks;
+      // Latest query blocks first: under the causal rule they see the most
+      // keys, and a pool that hands out chunks dynamically then ends on
+      // light ones.
+      const int64_t qb = qblocks - 1 - item % qblocks;
       const int64_t hk = (item / qblocks) % d.Hkv;
       const int64_t b = item / (qblocks * d.Hkv);
       const int64_t q0 = qb * nq;

@@ -220,6 +220,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"random_bias", 2, 3, 3, 9, 70, 24, 40, false, MaskKind::kRandom, D::kFloat32, false},
         Case{"sliding_window", 1, 4, 2, 100, 100, 16, 16, false, MaskKind::kSlidingWindow, D::kFloat32, false},
         Case{"head_broadcast_mask", 2, 4, 2, 5, 69, 32, 32, false, MaskKind::kHeadBroadcast, D::kFloat32, true},
+        Case{"unmasked_full_blocks", 1, 2, 1, 50, 130, 64, 64, false, MaskKind::kNone, D::kFloat32, false},
+        Case{"decode_odd_head_size", 2, 4, 2, 1, 150, 20, 12, false, MaskKind::kPadding, D::kFloat32, false},
         Case{"fully_hidden_row", 1, 2, 1, 4, 8, 8, 8, false, MaskKind::kAllHiddenRow, D::kFloat32, false},
         Case{"causal_more_keys", 1, 2, 2, 3, 10, 8, 8, true, MaskKind::kNone, D::kFloat32, false},
         Case{"causal_more_queries", 1, 2, 2, 10, 3, 8, 8, true, MaskKind::kNone, D::kFloat32, false},
