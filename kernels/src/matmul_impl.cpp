@@ -33,17 +33,23 @@ namespace {
 
 #include "matmul_vectors.hpp"
 
+// "nt" tiles: up to MaxRows rows of x by Cols columns of w (the unit the
+// threads split). Accumulators and operands must fit the vector registers.
+struct NtShape {
+  int max_rows, cols;
+};
 #if NK_VEC_LANES == 16
 // AVX-512: 4 x 4 accumulators, 4 weight vectors and one of x take 21 of 32.
-constexpr int kMaxRows = 4;
-constexpr int kTileCols = 4;
+constexpr NtShape kNtShape = {4, 4};
 constexpr int kWideMaxRows = 4;
 constexpr int kWideVecs = 4;
 #else
-// 16 registers: "nt" 4 x 3 accumulators, 3 weight vectors and one of x;
-// "nn" 3 x 4 accumulators, 3 broadcasts of x and one weight vector.
-constexpr int kMaxRows = 4;
-constexpr int kTileCols = 3;
+// 16 registers. Two or more rows: 4 x 3 accumulators, 3 weight vectors and
+// one of x. One row: 8 columns at once, whose 8 streams from memory came
+// nearer the bandwidth than 3 (17 against 14 GB/s); two rows: 2 x 6.
+constexpr NtShape kNtShape = {4, 3};
+constexpr NtShape kNtShape1 = {1, 8};
+constexpr NtShape kNtShape2 = {2, 6};
 constexpr int kWideMaxRows = 3;
 constexpr int kWideVecs = 4;
 #endif
@@ -70,40 +76,43 @@ inline void store_out(const Problem& pr, int64_t m, int64_t n, float acc) {
   E::store(y + m * p.y.row_stride + n, acc);
 }
 
-// "nt": columns n0 .. n0+kTileCols (clamped to nend) for rows m0 .. m0+MR.
-template <DType D, int MR>
+// "nt": columns n0 .. n0+NC (clamped to nend) for rows m0 .. m0+MR.
+template <DType D, int MR, int NC>
 void nt_tile(const Problem& pr, int64_t m0, int64_t n0, int64_t nend) {
   using E = Elem<D>;
   const int64_t K = pr.K, ld = pr.p.w.col_stride;
   const auto* w = as<D>(pr.p.w.data);
-  const typename E::Storage *wr[kTileCols], *next[kTileCols];
-  for (int j = 0; j < kTileCols; ++j) {
+  const typename E::Storage *wr[NC], *next[NC];
+  for (int j = 0; j < NC; ++j) {
     wr[j] = w + std::min(n0 + j, nend - 1) * ld;
-    next[j] = w + std::min(n0 + kTileCols + j, nend - 1) * ld;
+    next[j] = w + std::min(n0 + NC + j, nend - 1) * ld;
   }
   const float* xr[MR];
   for (int i = 0; i < MR; ++i) xr[i] = pr.xf + (m0 + i) * K;
 
-  vecf acc[MR][kTileCols] = {};
+  vecf acc[MR][NC];  // (zeroed one by one: "= {}" becomes a rep stos on the stack)
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NC; ++j) acc[i][j] = vecf{};
+  }
   // One prefetch per column and step: on the narrower levels a line is
   // hinted more than once, which measured no slower than one hint per line.
   int64_t k = 0;
   for (; k + kLanes <= K; k += kLanes) {
-    vecf wv[kTileCols];
-    for (int j = 0; j < kTileCols; ++j) {
+    vecf wv[NC];
+    for (int j = 0; j < NC; ++j) {
       wv[j] = E::load_vec(wr[j] + k);
       prefetch_line(next[j] + k);
     }
     for (int i = 0; i < MR; ++i) {
       const vecf xv = load_f32x(xr[i] + k);
-      for (int j = 0; j < kTileCols; ++j) acc[i][j] += xv * wv[j];
+      for (int j = 0; j < NC; ++j) acc[i][j] += xv * wv[j];
     }
   }
-  float sums[(MR * kTileCols + 3) / 4 * 4];
-  lane_sums<MR * kTileCols>(&acc[0][0], sums);
+  float sums[(MR * NC + 3) / 4 * 4];
+  lane_sums<MR * NC>(&acc[0][0], sums);
   for (int i = 0; i < MR; ++i) {
-    for (int j = 0; j < kTileCols && n0 + j < nend; ++j) {
-      float s = sums[i * kTileCols + j];
+    for (int j = 0; j < NC && n0 + j < nend; ++j) {
+      float s = sums[i * NC + j];
       for (int64_t kk = k; kk < K; ++kk) s += xr[i][kk] * E::load(wr[j] + kk);
       store_out<D>(pr, m0 + i, n0 + j, s);
     }
@@ -121,36 +130,36 @@ void nt_tile_bf16_dot(const Problem& pr, int64_t m0, int64_t n0, int64_t nend) {
   const int64_t K = pr.K, ld = pr.p.w.col_stride;
   const auto* w = as<DType::kBFloat16>(pr.p.w.data);
   const auto* x = as<DType::kBFloat16>(pr.p.x.data);
-  const uint16_t *wr[kTileCols], *next[kTileCols];
-  for (int j = 0; j < kTileCols; ++j) {
+  const uint16_t *wr[kNtShape.cols], *next[kNtShape.cols];
+  for (int j = 0; j < kNtShape.cols; ++j) {
     wr[j] = w + std::min(n0 + j, nend - 1) * ld;
-    next[j] = w + std::min(n0 + kTileCols + j, nend - 1) * ld;
+    next[j] = w + std::min(n0 + kNtShape.cols + j, nend - 1) * ld;
   }
   const uint16_t* xr[MR];
   for (int i = 0; i < MR; ++i) xr[i] = x + (m0 + i) * pr.p.x.row_stride;
 
-  __m512 acc[MR][kTileCols];
+  __m512 acc[MR][kNtShape.cols];
   for (int i = 0; i < MR; ++i) {
-    for (int j = 0; j < kTileCols; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int j = 0; j < kNtShape.cols; ++j) acc[i][j] = _mm512_setzero_ps();
   }
   int64_t k = 0;
   for (; k + 32 <= K; k += 32) {
-    __m512bh wv[kTileCols];
-    for (int j = 0; j < kTileCols; ++j) {
+    __m512bh wv[kNtShape.cols];
+    for (int j = 0; j < kNtShape.cols; ++j) {
       wv[j] = (__m512bh)_mm512_loadu_si512(wr[j] + k);
       prefetch_line(next[j] + k);
     }
     for (int i = 0; i < MR; ++i) {
       const __m512bh xv = (__m512bh)_mm512_loadu_si512(xr[i] + k);
-      for (int j = 0; j < kTileCols; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+      for (int j = 0; j < kNtShape.cols; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
     }
   }
   for (int i = 0; i < MR; ++i) {
-    vecf a[kTileCols];
+    vecf a[kNtShape.cols];
     __builtin_memcpy(a, acc[i], sizeof a);
-    float sums[kTileCols];
+    float sums[kNtShape.cols];
     lane_sums4(a, sums);
-    for (int j = 0; j < kTileCols && n0 + j < nend; ++j) {
+    for (int j = 0; j < kNtShape.cols && n0 + j < nend; ++j) {
       float s = sums[j];
       for (int64_t kk = k; kk < K; ++kk) s += pr.xf[(m0 + i) * K + kk] * E::load(wr[j] + kk);
       store_out<DType::kBFloat16>(pr, m0 + i, n0 + j, s);
@@ -168,7 +177,10 @@ void nn_tile(const Problem& pr, int64_t m0, int64_t n0) {
   const float* xr[MR];
   for (int i = 0; i < MR; ++i) xr[i] = pr.xf + (m0 + i) * K;
 
-  vecf acc[MR][kWideVecs] = {};
+  vecf acc[MR][kWideVecs];
+  for (int i = 0; i < MR; ++i) {
+    for (int c = 0; c < kWideVecs; ++c) acc[i][c] = vecf{};
+  }
   for (int64_t k = 0; k < K; ++k) {
     vecf wv[kWideVecs];
     for (int c = 0; c < kWideVecs; ++c) wv[c] = E::load_vec(w + k * ld + kLanes * c);
@@ -214,31 +226,44 @@ void for_row_groups(const Problem& pr, Tile&& tile) {
   }
 }
 
-template <DType D>
-void run(const Problem& pr, const ParallelFor& parallel_for) {
-  const bool nt = pr.p.w.row_stride == 1;
-  const int64_t unit = nt ? kTileCols : kWideCols;
-  const int64_t units = (pr.N + unit - 1) / unit;
+template <DType D, NtShape S>
+void run_nt(const Problem& pr, const ParallelFor& parallel_for) {
+  const int64_t units = (pr.N + S.cols - 1) / S.cols;
   parallel_for(units, [&](int64_t begin, int64_t end) {
-    const int64_t nbeg = begin * unit, nend = std::min(end * unit, pr.N);
-    if (nt) {
-      for (int64_t n0 = nbeg; n0 < nend; n0 += kTileCols) {
+    const int64_t nend = std::min(end * S.cols, pr.N);
+    for (int64_t n0 = begin * S.cols; n0 < nend; n0 += S.cols) {
 #if NK_ISA_LEVEL == 3
-        if constexpr (D == DType::kBFloat16) {
-          for_row_groups<kMaxRows>(pr, [&]<int MR>(int64_t m0) { nt_tile_bf16_dot<MR>(pr, m0, n0, nend); });
-          continue;
-        }
-#endif
-        for_row_groups<kMaxRows>(pr, [&]<int MR>(int64_t m0) { nt_tile<D, MR>(pr, m0, n0, nend); });
+      if constexpr (D == DType::kBFloat16) {
+        for_row_groups<S.max_rows>(pr, [&]<int MR>(int64_t m0) { nt_tile_bf16_dot<MR>(pr, m0, n0, nend); });
+        continue;
       }
-      return;
+#endif
+      for_row_groups<S.max_rows>(pr, [&]<int MR>(int64_t m0) { nt_tile<D, MR, S.cols>(pr, m0, n0, nend); });
     }
-    int64_t n0 = nbeg;
+  });
+}
+
+template <DType D>
+void run_nn(const Problem& pr, const ParallelFor& parallel_for) {
+  const int64_t units = (pr.N + kWideCols - 1) / kWideCols;
+  parallel_for(units, [&](int64_t begin, int64_t end) {
+    const int64_t nend = std::min(end * kWideCols, pr.N);
+    int64_t n0 = begin * kWideCols;
     for (; n0 + kWideCols <= nend; n0 += kWideCols) {
       for_row_groups<kWideMaxRows>(pr, [&]<int MR>(int64_t m0) { nn_tile<D, MR>(pr, m0, n0); });
     }
     nn_narrow<D>(pr, n0, nend);
   });
+}
+
+template <DType D>
+void run(const Problem& pr, const ParallelFor& parallel_for) {
+  if (pr.p.w.row_stride != 1) return run_nn<D>(pr, parallel_for);
+#if NK_VEC_LANES != 16
+  if (pr.M == 1) return run_nt<D, kNtShape1>(pr, parallel_for);
+  if (pr.M == 2) return run_nt<D, kNtShape2>(pr, parallel_for);
+#endif
+  run_nt<D, kNtShape>(pr, parallel_for);
 }
 
 // x as float32, [M, K] contiguous.
