@@ -4,15 +4,19 @@
 // own type, converted in registers, and every row of x is multiplied with it
 // while it is there. Two layouts of w:
 //  - "nt" (nn.Linear weights, each output column contiguous along K): a tile
-//    is up to kMaxRows rows of x by kTileCols columns; each accumulator is a
-//    vector of partial sums along K, summed across lanes at the end.
-//  - "nn" (row-major [K, N]): a tile is up to kWideMaxRows rows by kWideCols
-//    columns; each row of w contributes x[i, k] times kWideCols contiguous
-//    weights.
+//    is up to NtShape::max_rows rows of x by NtShape::cols columns; each
+//    accumulator is a vector of partial sums along K, summed across lanes at
+//    the end.
+//  - "nn" (row-major [K, N]): on AVX-512 a tile is up to kWideMaxRows rows
+//    by kWideCols columns, each row of w contributing x[i, k] times
+//    kWideCols contiguous weights; on the 16-register levels, strips of
+//    columns summed in L1 (nn_strip).
 // Vectors are one native register of the level (matmul_vectors.hpp) and tile
 // sizes are chosen so that accumulators and operands fit the level's
 // registers (16 on baseline and AVX2, 32 on AVX-512): a tile that spills
-// turns each multiply-add into memory traffic.
+// turns each multiply-add into memory traffic. The AVX-512 configuration is
+// the one tuned on an AVX-512 machine; the others were measured on an AVX2
+// one (Zen 3).
 // Threads split the columns, so each thread streams its own part of w.
 #include <algorithm>
 #include <cstdint>
@@ -39,21 +43,21 @@ struct NtShape {
   int max_rows, cols;
 };
 #if NK_VEC_LANES == 16
-// AVX-512: 4 x 4 accumulators, 4 weight vectors and one of x take 21 of 32.
+// AVX-512: 4 x 4 accumulators, 4 weight vectors and one of x take 21 of 32;
+// "nn" tiles of up to 4 rows by 4 vectors of columns.
 constexpr NtShape kNtShape = {4, 4};
 constexpr int kWideMaxRows = 4;
-constexpr int kWideVecs = 4;
 #else
-// 16 registers. Two or more rows: 4 x 3 accumulators, 3 weight vectors and
-// one of x. One row: 8 columns at once, whose 8 streams from memory came
+// 16 registers. Three or more rows: 4 x 3 accumulators, 3 weight vectors
+// and one of x. One row: 8 columns at once, whose 8 streams from memory came
 // nearer the bandwidth than 3 (17 against 14 GB/s); two rows: 2 x 6.
 constexpr NtShape kNtShape = {4, 3};
 constexpr NtShape kNtShape1 = {1, 8};
 constexpr NtShape kNtShape2 = {2, 6};
-constexpr int kWideMaxRows = 3;
-constexpr int kWideVecs = 4;
 #endif
-constexpr int kWideCols = kWideVecs * kLanes;  // "nn": output columns per tile
+// "nn": output columns per tile on AVX-512; the unit of columns threads split.
+constexpr int kWideVecs = 4;
+constexpr int kWideCols = kWideVecs * kLanes;
 
 // How far ahead (elements) "nt" tiles prefetch each column. AVX-512: one
 // whole tile (the same k of the next tile's column, as tuned there). With
@@ -185,6 +189,7 @@ void nt_tile_bf16_dot(const Problem& pr, int64_t m0, int64_t n0, int64_t nend) {
 }
 #endif
 
+#if NK_VEC_LANES == 16
 // "nn": columns n0 .. n0+kWideCols (all inside y) for rows m0 .. m0+MR.
 template <DType D, int MR>
 void nn_tile(const Problem& pr, int64_t m0, int64_t n0) {
@@ -212,6 +217,7 @@ void nn_tile(const Problem& pr, int64_t m0, int64_t n0) {
     for (int c = 0; c < kWideCols; ++c) store_out<D>(pr, m0 + i, n0 + c, out[c]);
   }
 }
+#endif
 
 // "nn" columns that do not fill a wide tile: one column at a time.
 template <DType D>
