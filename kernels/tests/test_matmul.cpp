@@ -90,6 +90,35 @@ TEST(SkinnyMatmulDispatch, ComputesThroughTheChosenVariant) {
   EXPECT_EQ(y, (std::vector<float>{60, 70, 80}));
 }
 
+// Every level converts float16 exactly (the baseline one by integer
+// arithmetic): subnormals, the largest value, signed zero, infinities and NaN
+// pass through x or w into y unchanged, as one-hot products v * 1.
+TEST(SkinnyMatmulFloat16, SpecialValuesPassThroughExactly) {
+  const uint16_t values[] = {0x0001, 0x03ff, 0x0400, 0x3c01, 0x7bff, 0x8000,
+                             0x8001, 0xfbff, 0x7c00, 0xfc00, 0x7e00};
+  constexpr int64_t K = 16;
+  for (const bool in_w : {false, true}) {
+    for (const int64_t k0 : {0, 5, 15}) {
+      for (const uint16_t v : values) {
+        std::vector<uint16_t> x(K, 0), w(K, 0), y(1, 0);
+        (in_w ? w : x)[size_t(k0)] = v;
+        (in_w ? x : w)[size_t(k0)] = 0x3c00;  // 1.0
+        nk::SkinnyMatmulParams p;
+        p.x = {x.data(), nk::DType::kFloat16, 1, K, K, 1};
+        p.w = {w.data(), nk::DType::kFloat16, K, 1, 1, K};
+        p.y = {y.data(), nk::DType::kFloat16, 1, 1, 1, 1};
+        nk::skinny_matmul(p);
+        if ((v & 0x7fff) > 0x7c00) {
+          EXPECT_TRUE(std::isnan(nk::f16_to_f32(y[0]))) << std::hex << v;
+        } else {
+          // -0 * 1 + 0 * 0 ... is +0
+          EXPECT_EQ(y[0], v == 0x8000 ? 0 : v) << std::hex << v << (in_w ? " in w" : " in x");
+        }
+      }
+    }
+  }
+}
+
 using D = nk::DType;
 INSTANTIATE_TEST_SUITE_P(
     Cases, SkinnyMatmul,
@@ -97,16 +126,25 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"nt_decode_f32", 1, 768, 96, true, Bias::kNone, D::kFloat32, 0},
         Case{"nt_decode_bf16", 1, 768, 96, true, Bias::kNone, D::kBFloat16, 0},
         Case{"nt_decode_f16", 1, 768, 96, true, Bias::kColumns, D::kFloat16, 0},
+        Case{"nt_rows1_tails", 1, 37, 21, true, Bias::kColumns, D::kFloat32, 3},
+        Case{"nt_rows1_f16_tails", 1, 45, 13, true, Bias::kNone, D::kFloat16, 1},
+        Case{"nt_rows2_tails_f16", 2, 45, 23, true, Bias::kFull, D::kFloat16, 1},
+        Case{"nt_rows2_bf16", 2, 64, 12, true, Bias::kNone, D::kBFloat16, 0},
         Case{"nt_rows3_tails_bias", 3, 37, 23, true, Bias::kColumns, D::kFloat32, 5},
+        Case{"nt_rows4_bf16_tails", 4, 77, 14, true, Bias::kColumns, D::kBFloat16, 2},
         Case{"nt_rows5_bf16", 5, 130, 9, true, Bias::kFull, D::kBFloat16, 3},
         Case{"nt_rows8_bf16", 8, 256, 64, true, Bias::kNone, D::kBFloat16, 0},
+        Case{"nt_rows7_f16", 7, 64, 10, true, Bias::kFull, D::kFloat16, 0},
         Case{"nt_rows16_f32", 16, 100, 33, true, Bias::kColumns, D::kFloat32, 0},
+        Case{"nt_rows16_bf16_tails", 16, 83, 17, true, Bias::kFull, D::kBFloat16, 1},
         Case{"nt_one_column", 2, 50, 1, true, Bias::kNone, D::kFloat32, 1},
         Case{"nt_short_k", 4, 3, 7, true, Bias::kNone, D::kFloat32, 0},
         Case{"nn_decode_f32", 1, 200, 256, false, Bias::kColumns, D::kFloat32, 0},
         Case{"nn_decode_bf16", 1, 200, 200, false, Bias::kNone, D::kBFloat16, 0},
         Case{"nn_rows6_tails", 6, 33, 130, false, Bias::kFull, D::kFloat32, 7},
         Case{"nn_narrow_only", 3, 20, 40, false, Bias::kColumns, D::kFloat16, 2},
+        Case{"nn_rows16_bf16", 16, 40, 150, false, Bias::kFull, D::kBFloat16, 0},
+        Case{"nn_rows2_f16", 2, 33, 70, false, Bias::kNone, D::kFloat16, 3},
         Case{"no_rows", 0, 16, 16, true, Bias::kNone, D::kFloat32, 0},
         Case{"no_columns", 2, 16, 0, false, Bias::kNone, D::kFloat32, 0},
         Case{"empty_k_is_bias", 2, 0, 5, true, Bias::kFull, D::kFloat32, 0}),
