@@ -357,9 +357,12 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = head(r), i = query(r);
     const float l = s.l[r];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // a row that sees no key outputs zeros
+    // acc / l, one rounding (acc * (1 / l) would take two; the backward's
+    // delta = dO.out inherits out's error); a row that sees no key outputs zeros.
+    float* acc = &s.acc[r * d.Dvp];
+    for (int64_t e = 0; e < d.Dv; ++e) acc[e] = l > 0.0f ? acc[e] / l : 0.0f;
     void* dst = const_cast<char*>(at_element(out, b, h, i, 0));
-    store_f32(dst, out.dtype, out.strides[3], d.Dv, &s.acc[r * d.Dvp], inv);
+    store_f32(dst, out.dtype, out.strides[3], d.Dv, acc, 1.0f);
     if (lse) lse[(b * d.Hq + h) * d.L + i] = l > 0.0f ? s.m[r] + std::log(l) : kNegInf;
   }
 }
