@@ -22,6 +22,10 @@
 #include "attention_impl.hpp"
 #include "numeric.hpp"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "isa_region_begin.hpp"
 
 namespace neuronkernels::NK_ISA {
@@ -181,13 +185,32 @@ inline float dot(const float* __restrict a, const float* __restrict b, int64_t n
   return s;
 }
 
-// x[j] = x[j] * scale + bias[j] over a key block (bias null: none); returns
-// the block's max.
+// The score the softmax sees, x * scale + bias (bias null: none). The
+// backward recomputes P = exp(s - lse) from it, so both passes must get s
+// bitwise alike (a one-ulp difference becomes a relative error of ulp(s) in
+// P, 8e-6 at s = 80): the rounding is spelled out rather than left to the
+// compiler's contraction, which may differ between call sites. With a bias,
+// levels with FMA round once (a mask of 8 next to a product of 50 otherwise
+// costs the product's half-ulp again); baseline has no FMA and rounds twice,
+// the empty asm keeping the product rounded.
+inline vec scaled_score(vec x, const float* bias, float scale) {
+  if (!bias) return x * scale;
+#if defined(__x86_64__) && NK_VEC_LANES == 16
+  return (vec)_mm512_fmadd_ps((__m512)x, (__m512)vsplat(scale), (__m512)vload(bias));
+#elif defined(__x86_64__) && NK_VEC_LANES == 8
+  return (vec)_mm256_fmadd_ps((__m256)x, (__m256)vsplat(scale), (__m256)vload(bias));
+#else
+  vec v = x * scale;
+  asm("" : "+x"(v));
+  return v + vload(bias);
+#endif
+}
+
+// x[j] = scaled_score(x[j]) over a key block; returns the block's max.
 inline float scale_bias_max(float* __restrict x, const float* __restrict bias, float scale) {
   vec m = vsplat(kNegInf);
   for (int64_t j = 0; j < kBk; j += kLanes) {
-    vec v = vload(x + j) * scale;
-    if (bias) v += vload(bias + j);
+    const vec v = scaled_score(vload(x + j), bias ? bias + j : nullptr, scale);
     vstore(x + j, v);
     m = vmax(m, v);
   }
@@ -234,10 +257,14 @@ struct ForwardScratch {
   }
 };
 
-// Below this many rows per item (decode), scores are dot products of each key
-// row read in place; above it, a transposed float32 copy of the key block
-// lets every row's scores be a product tile.
+// Below this many rows per KV head (decode), scores are dot products of each
+// key row read in place; above it, a transposed float32 copy of the key block
+// lets every row's scores be a product tile. The two sum over the head
+// dimension in different orders, so the choice is one per problem, made
+// alike by the forward and the backward (which must reproduce the forward's
+// scores bitwise, see scaled_score).
 constexpr int64_t kDirectRows = 8;
+inline bool scores_directly(const Dims& d) { return d.G * d.L < kDirectRows; }
 
 // Online softmax of one row over a block: new running max, rescaled
 // accumulator, probabilities into pr (all zero if the mask leaves nothing).
@@ -270,7 +297,7 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
   std::fill(s.m.begin(), s.m.end(), kNegInf);
   std::fill(s.l.begin(), s.l.end(), 0.0f);
   const int64_t last_query = q0 + nq - 1;
-  const bool direct = rows < kDirectRows;
+  const bool direct = scores_directly(d);
 
   for (int64_t k0 = 0; k0 < d.S; k0 += kBk) {
     if (p.causal && k0 > last_query) break;  // every later block is hidden too
@@ -330,9 +357,12 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = head(r), i = query(r);
     const float l = s.l[r];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // a row that sees no key outputs zeros
+    // acc / l, one rounding (acc * (1 / l) would take two; the backward's
+    // delta = dO.out inherits out's error); a row that sees no key outputs zeros.
+    float* acc = &s.acc[r * d.Dvp];
+    for (int64_t e = 0; e < d.Dv; ++e) acc[e] = l > 0.0f ? acc[e] / l : 0.0f;
     void* dst = const_cast<char*>(at_element(out, b, h, i, 0));
-    store_f32(dst, out.dtype, out.strides[3], d.Dv, &s.acc[r * d.Dvp], inv);
+    store_f32(dst, out.dtype, out.strides[3], d.Dv, acc, 1.0f);
     if (lse) lse[(b * d.Hq + h) * d.L + i] = l > 0.0f ? s.m[r] + std::log(l) : kNegInf;
   }
 }
@@ -350,6 +380,7 @@ void backward_item(const AttentionParams& p, const Dims& d, const View4& out, co
                    const View4& grad_out, const AttentionGrads& g, int64_t b, int64_t hk,
                    BackwardScratch& s) {
   const int64_t rows = d.G * d.L;
+  const bool direct = scores_directly(d);
   auto head = [&](int64_t r) { return hk * d.G + r / d.L; };
   auto query = [&](int64_t r) { return r % d.L; };
   s.q.resize(rows * d.Dp);
@@ -397,7 +428,7 @@ void backward_item(const AttentionParams& p, const Dims& d, const View4& out, co
       }
       if (!any) continue;
       if (!loaded) {
-        load_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
+        if (!direct) load_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
         load_rows(p.k, b, hk, k0, nk, d.D, d.Dp, s.kb.data());
         load_transposed(p.v, b, hk, k0, nk, d.Dv, s.vt.data(), s.row);
         loaded = true;
@@ -408,8 +439,13 @@ void backward_item(const AttentionParams& p, const Dims& d, const View4& out, co
         float* ds = &s.dscores[u0 * kBk];
         const float* q = &s.q[r0 * d.Dp];
         const float* dout = &s.dout[r0 * d.Dvp];
-        // Scores into pr, dP = dO.V^T into ds; then P and dS = P * (dP - delta) in place.
-        product<false>(n, kBk, d.D, {q, d.Dp, 1}, {s.kt.data(), kBk}, {pr, kBk});
+        // Scores into pr (by the forward's routine, so bitwise the forward's),
+        // dP = dO.V^T into ds; then P and dS = P * (dP - delta) in place.
+        if (direct) {
+          direct_scores(q, d.Dp, &s.seen[u0], n, {s.kb.data(), d.Dp}, nk, d.Dp, pr);
+        } else {
+          product<false>(n, kBk, d.D, {q, d.Dp, 1}, {s.kt.data(), kBk}, {pr, kBk});
+        }
         product<false>(n, kBk, d.Dv, {dout, d.Dvp, 1}, {s.vt.data(), kBk}, {ds, kBk});
         for (int64_t u = u0; u < u1; ++u) {
           const int64_t r = c0 + u;
@@ -417,8 +453,7 @@ void backward_item(const AttentionParams& p, const Dims& d, const View4& out, co
           float* dsrow = &s.dscores[u * kBk];
           const float* bias = s.seen[u] == Seen::kSome ? &s.bias[u * kBk] : nullptr;
           for (int64_t j = 0; j < kBk; j += kLanes) {
-            vec x = vload(prow + j) * p.scale;
-            if (bias) x += vload(bias + j);
+            const vec x = scaled_score(vload(prow + j), bias ? bias + j : nullptr, p.scale);
             const vec pj = exp_vec(x - s.lse[r]);
             vstore(prow + j, pj);
             vstore(dsrow + j, pj * (vload(dsrow + j) - s.delta[r]));

@@ -272,3 +272,114 @@ TEST(Numeric, BFloat16RoundsToNearestEven) {
 }
 
 }  // namespace
+
+// The backward recomputes P = exp(s - lse) and must get the forward's scores
+// s bitwise: a one-ulp difference in a score of 40 is a relative error of
+// 4e-6 in P (and in dV = P^T.dO), ten times what float32 arithmetic costs.
+// Each row here gets one key that dominates by at least 25, so the forward's
+// normalizer l is exactly 1 and lse is exactly that key's score: the forward's
+// probabilities exp(s - m) / l and the backward's exp(s - lse) are then the
+// same float32 numbers, key by key, if and only if the scores are. V = I makes
+// out = P; a one-hot dO per row makes column r of dV that row's backward P.
+struct ScoreCase {
+  const char* name;
+  int64_t Hq, Hkv, L, S, D;
+  bool causal, bias;
+};
+void PrintTo(const ScoreCase& c, std::ostream* os) { *os << c.name; }
+
+class BackwardScoresTest : public ::testing::TestWithParam<ScoreCase> {};
+
+TEST_P(BackwardScoresTest, BackwardProbabilitiesEqualTheForwards) {
+  const ScoreCase c = GetParam();
+  const int64_t G = c.Hq / c.Hkv, Dv = std::max(c.S, G * c.L);
+  const D f32 = nk::DType::kFloat32;
+  Buffer q(f32, c.Hq * c.L * c.D), k(f32, c.Hkv * c.S * c.D), v(f32, c.Hkv * c.S * Dv),
+      mask(f32, c.Hq * c.L * c.S), dout(f32, c.Hq * c.L * Dv), out(f32, c.Hq * c.L * Dv),
+      dv(f32, c.Hkv * c.S * Dv);
+  std::mt19937 gen(99);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  // Scores of about +-10 around a dominant one of about 50: key r (r < S) is
+  // a multiple of row r's query, r = (h % G) * L + i counting the rows of a KV head.
+  for (size_t i = 0; i < q.bytes.size() / 4; ++i) q.set(i, 3.0 * n01(gen));
+  for (size_t i = 0; i < k.bytes.size() / 4; ++i) k.set(i, 0.7 * n01(gen));
+  for (int64_t h = 0; h < c.Hq; ++h)
+    for (int64_t i = 0; i < c.L; ++i) {
+      const int64_t r = (h % G) * c.L + i;
+      if (r >= std::min<int64_t>(c.S, 64)) continue;  // the first key block: m never moves on
+      for (int64_t e = 0; e < c.D; ++e) {
+        k.set(size_t(((h / G) * c.S + r) * c.D + e), 2.0 * q.get(size_t((h * c.L + i) * c.D + e)) + 0.1 * n01(gen));
+      }
+    }
+  for (int64_t hk = 0; hk < c.Hkv; ++hk)
+    for (int64_t j = 0; j < c.S; ++j)
+      for (int64_t e = 0; e < Dv; ++e) v.set(size_t((hk * c.S + j) * Dv + e), j == e ? 1.0 : 0.0);
+  for (int64_t h = 0; h < c.Hq; ++h)
+    for (int64_t i = 0; i < c.L; ++i)
+      for (int64_t e = 0; e < Dv; ++e) {
+        dout.set(size_t((h * c.L + i) * Dv + e), e == (h % G) * c.L + i ? 1.0 : 0.0);
+      }
+  for (size_t i = 0; i < mask.bytes.size() / 4; ++i) mask.set(i, n01(gen));
+
+  nk::AttentionParams p;
+  p.q = contiguous(q, {1, c.Hq, c.L, c.D});
+  p.k = contiguous(k, {1, c.Hkv, c.S, c.D});
+  p.v = contiguous(v, {1, c.Hkv, c.S, Dv});
+  if (c.bias) p.mask = contiguous(mask, {1, c.Hq, c.L, c.S});
+  p.causal = c.causal;
+  p.scale = float(1.0 / std::sqrt(double(c.D)));
+  const nk::View4 out_view = contiguous(out, {1, c.Hq, c.L, Dv});
+  std::vector<float> lse(c.Hq * c.L);
+  nk::attention_forward(p, out_view, lse.data(), threaded_for);
+  nk::AttentionGrads g;
+  g.dv = contiguous(dv, {1, c.Hkv, c.S, Dv});
+  nk::attention_backward(p, out_view, lse.data(), contiguous(dout, {1, c.Hq, c.L, Dv}), g,
+                         threaded_for);
+
+  int64_t rows_checked = 0, small_probs = 0;
+  for (int64_t h = 0; h < c.Hq; ++h)
+    for (int64_t i = 0; i < c.L; ++i) {
+      // Which key dominates, and by how much (in double, as the kernel sees it).
+      std::vector<double> s(c.S);
+      for (int64_t j = 0; j < c.S; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < c.D; ++e) {
+          dot += q.get(size_t((h * c.L + i) * c.D + e)) * k.get(size_t(((h / G) * c.S + j) * c.D + e));
+        }
+        s[j] = dot * p.scale + (c.bias ? mask.get(size_t((h * c.L + i) * c.S + j)) : 0.0);
+        if (c.causal && j > i) s[j] = -INFINITY;
+      }
+      const int64_t top = std::max_element(s.begin(), s.end()) - s.begin();
+      double second = -INFINITY;
+      for (int64_t j = 0; j < c.S; ++j) {
+        if (j != top) second = std::max(second, s[j]);
+      }
+      if (top >= 64 || s[top] - second < 25.0) continue;
+      ++rows_checked;
+      const int64_t col = (h % G) * c.L + i;
+      for (int64_t j = 0; j < c.S; ++j) {
+        const float fwd = float(out.get(size_t((h * c.L + i) * Dv + j)));
+        const float bwd = float(dv.get(size_t(((h / G) * c.S + j) * Dv + col)));
+        ASSERT_EQ(fwd, bwd) << "h=" << h << " i=" << i << " key " << j << " (score " << s[j]
+                            << ", top " << s[top] << ")";
+        small_probs += fwd > 0.0f && fwd < 1e-12f;
+      }
+    }
+  // The comparison means something: many rows qualify, and they hold
+  // probabilities far below 1 that carry their scores' rounding.
+  EXPECT_GE(rows_checked, (c.Hq * c.L + 3) / 4);
+  EXPECT_GT(small_probs, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BackwardScoresTest,
+    ::testing::Values(
+        // Few rows per KV head: the forward's direct dot products.
+        ScoreCase{"decode", 1, 1, 1, 6, 8, false, false},
+        ScoreCase{"few_rows_bias", 1, 1, 3, 6, 8, false, true},
+        ScoreCase{"decode_gqa_odd_head", 3, 1, 1, 40, 20, false, true},
+        // Product tiles, one key block and several.
+        ScoreCase{"rows", 2, 2, 12, 40, 8, false, false},
+        ScoreCase{"rows_bias_blocks", 1, 1, 20, 150, 16, false, true},
+        ScoreCase{"causal_gqa", 4, 2, 10, 10, 64, true, false}),
+    [](const ::testing::TestParamInfo<ScoreCase>& info) { return std::string(info.param.name); });
