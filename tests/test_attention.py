@@ -157,11 +157,38 @@ def test_math_path_for_what_the_kernel_does_not_take():
 def test_only_the_kernel_allowed_but_it_cannot_run_says_what_to_do():
     n = torch.randn(1, 2, 5, 8, device=D)
     with sdpa_kernel([SDPBackend.OVERRIDEABLE]):
-        with pytest.raises(RuntimeError, match=r"neuron attention kernel cannot take.*dropout_p=0.5.*"
-                                               r"enable SDPBackend.MATH"):
+        with pytest.raises(RuntimeError, match=r"neuron attention kernel .*cannot take.*dropout_p=0.5.*"
+                                               r"Add SDPBackend.MATH"):
             F.scaled_dot_product_attention(n, n, n, dropout_p=0.5)
     # the device keeps working
     assert F.scaled_dot_product_attention(n, n, n).shape == n.shape
+
+
+def test_fused_sdp_choice_through_the_dispatcher_is_the_devices():
+    n = torch.randn(1, 2, 5, 8, device=D)
+    assert torch.ops.aten._fused_sdp_choice(n, n, n) == SDPBackend.OVERRIDEABLE.value
+    assert torch.ops.aten._fused_sdp_choice(n, n, n, dropout_p=0.5) == SDPBackend.MATH.value
+    with sdpa_kernel([SDPBackend.MATH]):
+        assert torch.ops.aten._fused_sdp_choice(n, n, n) == SDPBackend.MATH.value
+
+
+@pytest.mark.parametrize("backends", [
+    [SDPBackend.FLASH_ATTENTION],
+    [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION],
+], ids=["flash", "efficient_cudnn"])
+def test_sdpa_kernel_with_only_cuda_backends_names_what_neuron_runs(backends):
+    n = torch.randn(1, 2, 5, 8, device=D)
+    names = ", ".join(b.name for b in backends)
+    with sdpa_kernel(backends):
+        with pytest.raises(RuntimeError, match=rf"no enabled backend runs on neuron.*"
+                                               rf"SDPBackend.OVERRIDEABLE.*SDPBackend.MATH.*"
+                                               rf"enabled {names}\."):
+            F.scaled_dot_product_attention(n, n, n)
+    # a CUDA backend next to one neuron runs is fine, as on CUDA
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.OVERRIDEABLE]):
+        used, out = _ran_kernel(lambda: F.scaled_dot_product_attention(n, n, n))
+    assert used
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(n.cpu(), n.cpu(), n.cpu()))
 
 
 def test_bad_input_is_refused_at_the_call():

@@ -59,6 +59,7 @@ _FORK = """
 
     def child(q):
         try:
+            torch.neuron.init()  # raises in a bad fork, as torch.cuda.init() does
             q.put(("ok", (torch.ones(2, device="neuron") + 1).cpu().tolist()))
         except Exception as e:
             q.put((type(e).__name__, str(e)))
@@ -194,6 +195,45 @@ def test_is_initialized_once_the_device_is_used(children):
     assert lines == ["False", "False", "True", "False"]  # the last from a forked child
 
 
+def test_device_capability_lists_the_dtypes_tensors_can_hold():
+    dtypes = torch.accelerator.get_device_capability()["supported_dtypes"]
+    assert torch.neuron.get_device_capability("neuron:1") == {"supported_dtypes": dtypes}
+    for dtype in dtypes:  # each can be allocated and converted
+        t = torch.ones(3, dtype=dtype, device="neuron")
+        assert t.to(torch.float32).cpu().tolist() == [1.0, 1.0, 1.0]
+    assert {torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool} <= dtypes
+    for dtype in (torch.qint8, torch.complex128, torch.float8_e4m3fn, torch.uint16):
+        assert dtype not in dtypes
+        with pytest.raises(TypeError, match=r"not supported on neuron. Supported"):
+            torch.empty(2, dtype=dtype, device="neuron")
+    with pytest.raises(RuntimeError, match=r"get_device_capability: device index 5 is out of range"):
+        torch.neuron.get_device_capability(5)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8).to("neuron"),
+    lambda: torch.empty(2, dtype=torch.quint8, device="neuron"),
+    lambda: torch.quantize_per_tensor(torch.randn(4, device="neuron"), 0.1, 0, torch.qint8),
+], ids=["to", "empty", "quantize_per_tensor"])
+def test_quantized_tensors_are_refused_with_a_clear_error(make):
+    with pytest.raises(TypeError, match=r"\[neuron\] aten::[\w.]+: (quantized tensors are|dtype \w+ is) "
+                                        r"not supported on neuron"):
+        make()
+    assert (torch.ones(2, device="neuron") + 1).cpu().tolist() == [2.0, 2.0]
+
+
+def test_set_without_stride_is_contiguous():
+    storage = torch.arange(6.0, device="neuron").untyped_storage()
+    t = torch.empty(0, device="neuron").set_(storage, 0, (2, 3))
+    ref = torch.empty(0).set_(torch.arange(6.0).untyped_storage(), 0, (2, 3))
+    assert t.stride() == ref.stride() == (3, 1)
+    assert t.cpu().tolist() == ref.tolist()
+    t.set_(storage, 2, (2, 2))
+    assert t.stride() == (2, 1) and t.cpu().tolist() == [[2.0, 3.0], [4.0, 5.0]]
+    with pytest.raises(RuntimeError, match=r"set_: got 2 sizes \[2, 2\] but 1 strides"):
+        t.set_(storage, 0, (2, 2), (1,))
+
+
 def test_current_device_and_set_device(two_cores):
     assert torch.neuron.current_device() == 0
     assert torch.accelerator.current_device_index() == 0
@@ -273,14 +313,14 @@ def test_tensor_and_module_methods(two_cores):
 ], ids=["set_device", "set_device_negative", "get_device_properties", "synchronize",
         "memory_allocated", "Stream", "get_rng_state"])
 def test_out_of_range_index_in_device_module(call):
-    with pytest.raises(IndexError, match=r"\[neuron\] \w+: device index -?\d+ is out of range.*"
+    with pytest.raises(RuntimeError, match=r"\[neuron\] \w+: device index -?\d+ is out of range.*"
                                          r"2 neuron core\(s\) \(neuron:0 to neuron:1\)"):
         call()
     assert torch.neuron.current_device() == 0
 
 
 def test_out_of_range_context_manager_leaves_current_device():
-    with pytest.raises(IndexError, match=r"\[neuron\] device: device index 5 is out of range"):
+    with pytest.raises(RuntimeError, match=r"\[neuron\] device: device index 5 is out of range"):
         with torch.neuron.device(5):
             pass
     assert torch.neuron.current_device() == 0
@@ -296,7 +336,7 @@ def test_out_of_range_context_manager_leaves_current_device():
 ], ids=["ones", "empty", "to", "tensor.neuron", "accelerator.set_device_index",
         "accelerator.memory_allocated"])
 def test_out_of_range_index_in_torch(make):
-    with pytest.raises(IndexError, match=r"\[neuron\] \w+: device index \d is out of range; "
+    with pytest.raises(RuntimeError, match=r"\[neuron\] \w+: device index \d is out of range; "
                                          r"this process has 2 neuron core\(s\)"):
         make()
     assert torch.neuron.current_device() == 0
@@ -377,6 +417,7 @@ def test_forked_child_gets_clear_error(children):
     assert "'queue'" in paths, paths  # the parent had queued work
     assert kind == "RuntimeError"
     assert "fork" in msg and "'spawn'" in msg, msg
+    assert "neuron runtime was started before fork()" in msg, msg  # from init(), not the op
     assert exitcode == "0"
     assert parent == "[0.0, 2.0, 4.0]"
 

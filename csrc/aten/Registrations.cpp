@@ -49,6 +49,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", TORCH_FN(native::convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));
   // attention (scaled_dot_product_attention picks it via _fused_sdp_choice)
+  m.impl("_fused_sdp_choice", TORCH_FN(native::fused_sdp_choice));
   m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(native::sdpa_overrideable));
   m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
          TORCH_FN(native::sdpa_overrideable_backward));

@@ -85,6 +85,14 @@ bool in_bad_fork() {
   return nrtGetDevice(&d) == nrtErrorForkedChild;
 }
 
+// torch.neuron.init() in a child forked after the parent used the device
+// raises the runtime's fork error, as torch.cuda.init() does.
+void check_not_forked() {
+  int d = 0;
+  nrtStatus status = nrtGetDevice(&d);
+  if (status == nrtErrorForkedChild) throw_status(status, std::string());
+}
+
 }  // namespace
 }  // namespace torchneuron
 
@@ -112,6 +120,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_synchronize", &synchronize, py::arg("device") = -1);
   m.def("_launch_blocking", &neuronrt::launch_blocking);
   m.def("_is_in_bad_fork", &in_bad_fork);
+  m.def("_check_not_forked", &check_not_forked);
   m.def("_executed_ops", &executed_ops);
   m.def("_reset_executed_ops", &reset_op_counts);
   m.def("_memory_snapshot", &memory_snapshot);

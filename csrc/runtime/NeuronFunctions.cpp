@@ -30,10 +30,11 @@ void check_device_index(c10::DeviceIndex device, const char* op) {
       TORCH_CHECK(false, "[neuron] ", op, ": no neuron device is available: ",
                   device_unavailable_reason());
     }
-    TORCH_CHECK_INDEX(false, "[neuron] ", op, ": device index ", static_cast<int>(device),
-                      " is out of range; this process has ", static_cast<int>(n),
-                      " neuron core(s) (neuron:0 to neuron:", n - 1,
-                      "). Set NEURON_RT_NUM_CORES or NEURON_RT_VISIBLE_CORES for more.");
+    // A RuntimeError, as CUDA raises: code written for CUDA catches that.
+    TORCH_CHECK(false, "[neuron] ", op, ": device index ", static_cast<int>(device),
+                " is out of range; this process has ", static_cast<int>(n),
+                " neuron core(s) (neuron:0 to neuron:", n - 1,
+                "). Set NEURON_RT_NUM_CORES or NEURON_RT_VISIBLE_CORES for more.");
   }
 }
 

@@ -3,6 +3,7 @@
 #include <c10/core/Allocator.h>
 
 #include "csrc/runtime/BlockingWait.h"
+#include "csrc/runtime/NeuronDtypes.h"
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronFunctions.h"
 #include "csrc/runtime/NeuronStream.h"
@@ -36,6 +37,12 @@ void NeuronGuardImpl::uncheckedSetDevice(c10::Device d) const noexcept {
 }
 
 c10::DeviceIndex NeuronGuardImpl::deviceCount() const noexcept { return device_count(); }
+
+c10::DeviceCapability NeuronGuardImpl::getDeviceCapability(c10::Device d) const {
+  check_neuron(d, "get_device_capability");
+  if (d.has_index()) check_device_index(d.index(), "get_device_capability");
+  return device_capability();  // every core holds the same dtypes
+}
 
 c10::Stream NeuronGuardImpl::getStream(c10::Device d) const { return current_stream(d.index()); }
 

@@ -77,14 +77,29 @@ std::string unsupported(const at::Tensor& q, const at::Tensor& k, const at::Tens
 }
 
 // Whether the kernel takes these arguments (else the math path runs them).
-bool kernel_supports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
-                     bool enable_gqa) {
-  if (dropout_p > 0.0) return false;  // the math path draws the dropout mask
+// Why the kernel cannot take a call, or "" when it can.
+std::string kernel_refusal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                           bool enable_gqa) {
+  if (dropout_p > 0.0) return c10::str("dropout_p=", dropout_p, " (the math path draws the mask)");
   const bool has_mask = mask && mask->defined();
-  if (has_mask && is_causal) return false;  // the math path reports the conflict
-  if (q.dim() == 4 && k.dim() == 4 && q.size(1) != k.size(1) && !enable_gqa) return false;
-  return unsupported(q, k, v, has_mask ? *mask : at::Tensor(), /*bool_mask_ok=*/true).empty();
+  if (has_mask && is_causal) return "both attn_mask and is_causal (the math path reports it)";
+  if (q.dim() == 4 && k.dim() == 4 && q.size(1) != k.size(1) && !enable_gqa) {
+    return c10::str(q.size(1), " query heads and ", k.size(1), " key heads without enable_gqa");
+  }
+  return unsupported(q, k, v, has_mask ? *mask : at::Tensor(), /*bool_mask_ok=*/true);
+}
+
+// The backends sdpa_kernel(...) enabled that neuron does not implement.
+std::string enabled_foreign_backends(const at::Context& ctx) {
+  std::string names;
+  auto add = [&](bool on, const char* name) {
+    if (on) names += names.empty() ? name : std::string(", ") + name;
+  };
+  add(ctx.userEnabledFlashSDP(), "FLASH_ATTENTION");
+  add(ctx.userEnabledMemEfficientSDP(), "EFFICIENT_ATTENTION");
+  add(ctx.userEnabledCuDNNSDP(), "CUDNN_ATTENTION");
+  return names.empty() ? "none" : names;
 }
 
 nk::View4 view_of(const at::Tensor& t) {
@@ -130,17 +145,23 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
                          const std::optional<at::Tensor>& attn_mask, double dropout_p,
                          bool is_causal, std::optional<double> scale, bool enable_gqa) {
   auto& ctx = at::globalContext();
-  if (ctx.userEnabledOverrideableSDP() &&
-      kernel_supports(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)) {
+  const std::string refusal =
+      kernel_refusal(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa);
+  if (ctx.userEnabledOverrideableSDP() && refusal.empty()) {
     return static_cast<int64_t>(at::SDPBackend::overrideable);
   }
-  TORCH_CHECK(ctx.userEnabledMathSDP(),
-              "scaled_dot_product_attention on neuron: the neuron attention kernel cannot take "
-              "these arguments (query ", query.sizes(), " ", query.scalar_type(), ", key ",
-              key.sizes(), ", dropout_p=", dropout_p, ", enable_gqa=", enable_gqa,
-              ") and the math backend is disabled; enable SDPBackend.MATH or "
-              "SDPBackend.OVERRIDEABLE in torch.nn.attention.sdpa_kernel");
-  return static_cast<int64_t>(at::SDPBackend::math);
+  if (ctx.userEnabledMathSDP()) return static_cast<int64_t>(at::SDPBackend::math);
+  // Like CUDA when no enabled backend fits, but saying what would.
+  TORCH_CHECK(ctx.userEnabledOverrideableSDP(),
+              "scaled_dot_product_attention on neuron: no enabled backend runs on neuron. neuron "
+              "implements SDPBackend.OVERRIDEABLE (its attention kernel) and SDPBackend.MATH; "
+              "sdpa_kernel(...) enabled ", enabled_foreign_backends(ctx),
+              ". Add SDPBackend.OVERRIDEABLE or SDPBackend.MATH to the backends.");
+  TORCH_CHECK(false,
+              "scaled_dot_product_attention on neuron: the neuron attention kernel "
+              "(SDPBackend.OVERRIDEABLE) cannot take these arguments (query ", query.sizes(), " ",
+              query.scalar_type(), ", key ", key.sizes(), "): ", refusal,
+              "; and SDPBackend.MATH is disabled. Add SDPBackend.MATH to sdpa_kernel(...).");
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,

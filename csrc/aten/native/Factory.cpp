@@ -3,9 +3,11 @@
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/util/strides.h>
 
 #include "csrc/aten/OpStats.h"
 #include "csrc/runtime/NeuronAllocator.h"
+#include "csrc/runtime/NeuronDtypes.h"
 #include "csrc/runtime/NeuronFunctions.h"
 #include "csrc/runtime/NeuronHooks.h"
 
@@ -46,16 +48,8 @@ at::Tensor empty_dense(c10::DeviceIndex device, c10::IntArrayRef sizes, c10::Int
 }
 
 void check_dtype(c10::ScalarType dtype, const char* op) {
-  switch (dtype) {
-    case c10::kFloat: case c10::kBFloat16: case c10::kHalf: case c10::kDouble:
-    case c10::kChar: case c10::kShort: case c10::kInt: case c10::kLong: case c10::kByte:
-    case c10::kBool: case c10::kComplexFloat:
-      return;
-    default:
-      TORCH_CHECK_TYPE(false, "[neuron] ", op, ": dtype ", dtype,
-                       " is not supported on neuron. Supported: float32, bfloat16, float16, "
-                       "float64, int8, int16, int32, int64, uint8, bool, complex64.");
-  }
+  TORCH_CHECK_TYPE(is_supported_dtype(dtype), "[neuron] ", op, ": dtype ", dtype,
+                   " is not supported on neuron. Supported: ", supported_dtype_names(), ".");
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -116,7 +110,13 @@ at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source,
               "[neuron] set_: expected a neuron storage, got one on ", source.device());
   auto offset = storage_offset.expect_int();
   auto sizes = C10_AS_INTARRAYREF_SLOW(size);
-  auto strides = C10_AS_INTARRAYREF_SLOW(stride);
+  // No stride means contiguous, as on CPU (tensor.set_(storage, offset, size)).
+  c10::DimVector contiguous;
+  if (stride.empty() && !size.empty()) contiguous = c10::contiguous_strides(sizes);
+  auto strides = stride.empty() ? c10::IntArrayRef(contiguous) : C10_AS_INTARRAYREF_SLOW(stride);
+  TORCH_CHECK(sizes.size() == strides.size(), "[neuron] set_: got ", sizes.size(),
+              " sizes ", sizes, " but ", strides.size(), " strides ", strides);
+  TORCH_CHECK(offset >= 0, "[neuron] set_: storage_offset must be non-negative, got ", offset);
   auto* impl = self.unsafeGetTensorImpl();
   if (!self.storage().is_alias_of(source)) impl->set_storage_keep_dtype(std::move(source));
   impl->set_sizes_and_strides(sizes, strides, offset);

@@ -11,6 +11,7 @@ from ._device import (
     device,
     device_count,
     device_of,
+    get_device_capability,
     get_device_name,
     get_device_properties,
     init,
@@ -49,7 +50,7 @@ from ._streams import Event, Stream, StreamContext, current_stream, default_stre
 __all__ = [
     "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_generators",
     "default_stream", "device", "device_count", "device_of", "empty_cache",
-    "get_amp_supported_dtype", "get_device_name", "get_device_properties", "get_rng_state",
+    "get_amp_supported_dtype", "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
     "get_rng_state_all", "init", "initial_seed", "is_available", "is_bf16_supported",
     "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",

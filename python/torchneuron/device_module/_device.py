@@ -36,7 +36,8 @@ def _checked_index(device=None, op: str = "") -> int:
                            f"{_C._device_count_error() or 'the runtime reports 0 cores'}")
     index = _index(device)
     if not 0 <= index < count:
-        raise IndexError(
+        # A RuntimeError, as CUDA raises: code written for CUDA catches that.
+        raise RuntimeError(
             f"{where}device index {index} is out of range; this process has {count} neuron "
             f"core(s) (neuron:0 to neuron:{count - 1}). Set NEURON_RT_NUM_CORES or "
             f"NEURON_RT_VISIBLE_CORES for more."
@@ -57,6 +58,7 @@ def init():
     global _initialized
     if _C._device_count() == 0:
         raise RuntimeError(f"[neuron] no neuron device is available: {_C._device_count_error()}")
+    _C._check_not_forked()
     _initialized = True
 
 
@@ -131,6 +133,14 @@ class NeuronDeviceProperties:
 def get_device_properties(device=None) -> NeuronDeviceProperties:
     return NeuronDeviceProperties(
         **_C._get_device_properties(_checked_index(device, "get_device_properties")))
+
+
+def get_device_capability(device=None) -> dict:
+    """What the core supports, as torch.accelerator.get_device_capability reports it:
+    {"supported_dtypes": set of torch.dtype}. (torch.cuda's returns a compute
+    capability pair; a NeuronCore has no such version.)"""
+    return torch._C._accelerator_getDeviceCapability(
+        _checked_index(device, "get_device_capability"))
 
 
 def get_device_name(device=None) -> str:
