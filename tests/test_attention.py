@@ -256,3 +256,26 @@ def test_process_exits_cleanly_after_attention(start_python):
     children = [start_python(code) for _ in range(4)]  # it failed about 3 runs in 4
     for child in children:
         assert child.wait(60).stdout.split() == ["8"]
+
+
+def test_fused_op_returns_tensors_autograd_saves_so_aot_autograd_works():
+    # autograd saves the dropout seed and offset for the backward; AOTAutograd
+    # (any torch.compile backend) requires them to be tensors, as CUDA returns
+    n = torch.randn(1, 2, 8, 16, device=D)
+    outs = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(n, n, n)
+    assert all(isinstance(outs[i], torch.Tensor) for i in (0, 1, 6, 7))
+
+    def loss(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).square().sum()
+
+    cpu = [torch.randn(1, 2, 8, 16, requires_grad=True) for _ in range(3)]
+    dev = [t.detach().to(D).requires_grad_() for t in cpu]
+    torch._dynamo.reset()
+    compiled = torch.compile(loss, backend="aot_eager", fullgraph=True)
+    got = compiled(*dev)
+    got.backward()
+    want = loss(*cpu)
+    want.backward()
+    torch.testing.assert_close(got.cpu(), want)
+    for d, c in zip(dev, cpu):
+        torch.testing.assert_close(d.grad.cpu(), c.grad)

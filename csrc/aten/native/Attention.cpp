@@ -193,8 +193,11 @@ sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tens
            nk::attention_forward(p, out_view, lse_data, parallel);
          });
   counter.count(ExecPath::kKernel);
+  // Dropout seed and offset as real (unused) tensors, as CUDA's fused kernels
+  // return them: autograd saves them for the backward, and AOTAutograd
+  // (torch.compile) requires every saved value to be a tensor.
   return {out, lse, at::Tensor(), at::Tensor(), c10::SymInt(L), c10::SymInt(S),
-          at::Tensor(), at::Tensor(), at::Tensor()};
+          at::zeros({}, at::kLong), at::zeros({}, at::kLong), at::Tensor()};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_backward(
