@@ -26,16 +26,18 @@ def measure_in_fresh_process(script, device_name, *args):
 
 def isa_line():
     """The instruction sets each side runs at: the neuron kernels' level
-    (TORCHNEURON_ISA caps it) and ATen's CPU capability with oneDNN's cap
-    (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA). To measure AVX2 code on an
+    (TORCHNEURON_ISA caps it) and ATen's CPU capability with the caps of
+    oneDNN and MKL, the BLAS behind ATen's GEMMs (ATEN_CPU_CAPABILITY,
+    ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS). To measure AVX2 code on an
     AVX-512 machine fairly, cap both sides."""
     import torch
     import torchneuron
 
     onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "") or "best"
+    mkl = os.environ.get("MKL_ENABLE_INSTRUCTIONS", "") or "best"
     return (f"ISA: neuron kernels {torchneuron.kernel_isa()} (of "
             f"{', '.join(torchneuron.supported_kernel_isas())}); CPU eager: ATen "
-            f"{torch.backends.cpu.get_cpu_capability()}, oneDNN {onednn}")
+            f"{torch.backends.cpu.get_cpu_capability()}, oneDNN {onednn}, MKL {mkl}")
 
 
 def device_and_reps_main(doc, default_reps, measure):
