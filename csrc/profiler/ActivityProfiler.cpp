@@ -136,7 +136,9 @@ void NeuronActivitySession::processTrace(libkineto::ActivityLogger& logger,
   for (const neuronrt::TaskRecord& r : records) {
     const libkineto::ITraceActivity* op = op_of(r.tag);
     const uint32_t flow = g_next_flow.fetch_add(1, std::memory_order_relaxed);
-    if (wants(ActivityType::PRIVATEUSE1_RUNTIME)) {
+    // Work of the synchronous path ran on the issuing thread: nothing queued.
+    const bool queued = !r.on_host;
+    if (queued && wants(ActivityType::PRIVATEUSE1_RUNTIME)) {
       // The host side: queueing the work, on the thread that issued it.
       auto& launch = add(ActivityType::PRIVATEUSE1_RUNTIME, "neuronrt::launch");
       launch.device = pid;
@@ -160,14 +162,18 @@ void NeuronActivitySession::processTrace(libkineto::ActivityLogger& logger,
     work.endTime = unix_ns(r.end_ns);
     work.id = static_cast<int32_t>(flow);
     work.linked = op;
-    work.flow.id = flow;
-    work.flow.type = libkineto::kLinkAsyncCpuGpu;
-    work.flow.start = 0;
     work.addMetadata("device", r.device);
     work.addMetadata("stream", r.stream);
     work.addMetadata("correlation", flow);
-    // How long it waited behind earlier work: the host was that far ahead.
-    work.addMetadata("queued us", (r.start_ns - r.enqueue_end_ns) / 1000);
+    if (queued) {
+      work.flow.id = flow;
+      work.flow.type = libkineto::kLinkAsyncCpuGpu;
+      work.flow.start = 0;
+      // How long it waited behind earlier work: the host was that far ahead.
+      work.addMetadata("queued us", (r.start_ns - r.enqueue_end_ns) / 1000);
+    } else {
+      work.addMetadata("synchronous", 1);
+    }
     logger.handleActivity(work);
     streams_.emplace(r.device, r.stream);
     if (r.user_tag && wants(ActivityType::GPU_USER_ANNOTATION)) {

@@ -91,6 +91,16 @@ void profiling_set_tags(uint64_t tag, uint64_t user_tag) {
   detail::t_tags.user_tag = user_tag;
 }
 
+void profiling_record_host_work(nrtStream_t stream, const char* op_name, int64_t start_ns) {
+  if (!detail::profiling_on()) return;
+  auto p = detail::begin_task_profile(nrtStreamGetDeviceIndex(stream), nrtStreamGetId(stream),
+                                      op_name);
+  p->record.end_ns = detail::now_ns();
+  p->record.start_ns = p->record.enqueue_begin_ns = p->record.enqueue_end_ns = start_ns;
+  p->record.on_host = true;
+  detail::keep_task_profile(std::move(p));
+}
+
 std::vector<TaskRecord> profiling_take_records() {
   detail::Store& s = detail::store();
   std::vector<TaskRecord> out;

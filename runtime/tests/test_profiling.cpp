@@ -63,6 +63,7 @@ TEST_F(Profiling, RecordsNameTagsAndIntervalsInQueueOrder) {
   EXPECT_EQ(r[1].user_tag, 0u);
   const int32_t tid = static_cast<int32_t>(::syscall(SYS_gettid));
   for (const auto& rec : r) {
+    EXPECT_FALSE(rec.on_host);
     EXPECT_EQ(rec.device, 0);
     EXPECT_EQ(rec.stream, 0);
     EXPECT_EQ(rec.host_thread, tid);
@@ -127,4 +128,28 @@ TEST_F(Profiling, SkippedWorkIsNotRecorded) {
   std::vector<neuronrt::TaskRecord> r = neuronrt::profiling_take_records();
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].op_name, "fails");
+}
+
+TEST_F(Profiling, HostWorkIsRecordedOnItsStream) {
+  nrtStream_t s = nrt_test::new_stream(1);
+  neuronrt::profiling_record_host_work(s, "off", neuronrt::profiling_now_ns());
+  EXPECT_EQ(neuronrt::profiling_record_count(), 0u);
+  {
+    Session session;
+    neuronrt::profiling_set_tags(5, 0);
+    const int64_t start = neuronrt::profiling_now_ns();
+    sleep_ms(5);
+    neuronrt::profiling_record_host_work(s, "sync op", start);
+    neuronrt::profiling_stop();
+    std::vector<neuronrt::TaskRecord> r = neuronrt::profiling_take_records();
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].op_name, "sync op");
+    EXPECT_TRUE(r[0].on_host);
+    EXPECT_EQ(r[0].device, 1);
+    EXPECT_EQ(r[0].stream, nrtStreamGetId(s));
+    EXPECT_EQ(r[0].tag, 5u);
+    EXPECT_EQ(r[0].start_ns, start);
+    EXPECT_GE(r[0].end_ns - r[0].start_ns, 4'000'000);
+  }
+  ASSERT_EQ(nrtStreamDestroy(s), nrtSuccess);
 }

@@ -98,6 +98,7 @@ struct TaskRecord {
   // steady_clock, nanoseconds since its epoch.
   int64_t enqueue_begin_ns = 0, enqueue_end_ns = 0;  // on the host
   int64_t start_ns = 0, end_ns = 0;                  // on the worker
+  bool on_host = false;  // ran on the issuing thread (profiling_record_host_work)
 };
 
 // Starts a profiling session: drops records left from an earlier one, then
@@ -110,6 +111,10 @@ bool profiling_enabled();
 // Tags carried by the work the calling thread queues from now on (the
 // profiler's correlation ids of the op and user range being dispatched).
 void profiling_set_tags(uint64_t tag, uint64_t user_tag);
+// Records work that ran on the calling thread in place of the stream, while
+// the stream was drained (a torch op's synchronous path), from start_ns to
+// now. A no-op while profiling is off.
+void profiling_record_host_work(nrtStream_t stream, const char* op_name, int64_t start_ns);
 // Moves out the records of the current session's finished work. Once
 // profiling is stopped, this also closes the session: work of it that
 // finishes later is dropped, so nothing is kept while profiling is off.
