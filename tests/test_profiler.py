@@ -224,3 +224,14 @@ def test_legacy_profiler_times_ops_with_events(mats, capfd):
     (mm,) = [e for e in prof.function_events if e.name == "aten::mm"]
     assert mm.device_time_total > 0
     assert "not enabled" not in capfd.readouterr().err
+
+
+def test_autograd_profiler_with_kineto_records_device_intervals(mats):
+    a, b = mats
+    with torch.autograd.profiler.profile(use_device="neuron", use_kineto=True) as prof:
+        a @ b
+        torch.neuron.synchronize()
+    (mm,) = [e for e in prof.function_events
+             if e.name == "aten::mm" and e.device_type == DeviceType.CPU]
+    assert [k.name for k in mm.kernels] == ["aten::mm"]
+    assert mm.device_time_total > 0
