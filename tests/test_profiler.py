@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import torchneuron
 
@@ -235,3 +235,23 @@ def test_autograd_profiler_with_kineto_records_device_intervals(mats):
              if e.name == "aten::mm" and e.device_type == DeviceType.CPU]
     assert [k.name for k in mm.kernels] == ["aten::mm"]
     assert mm.device_time_total > 0
+
+
+# Each cycle's results are read in on_trace_ready: PyTorch's reminder that a
+# cycle drops the previous one's events does not apply.
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")
+def test_schedule_cycles_each_get_their_active_steps(mats):
+    a, b = mats
+    per_cycle = []
+
+    def ready(prof):
+        per_cycle.append(sum(e.name == "aten::mm" for e in device_events(prof)))
+
+    with profile(activities=ACTIVITIES, on_trace_ready=ready,
+                 schedule=schedule(wait=1, warmup=1, active=2, repeat=2)) as prof:
+        for _ in range(8):
+            a @ b
+            torch.neuron.synchronize()
+            prof.step()
+    assert per_cycle == [2, 2]  # warm-up and waiting steps are not recorded
+    assert torchneuron._C._profiler_record_count() == 0
