@@ -23,6 +23,7 @@
 #include "csrc/runtime/NeuronFunctions.h"
 #include "csrc/runtime/NeuronGenerator.h"
 #include "csrc/runtime/NeuronHooks.h"
+#include "csrc/runtime/NeuronStream.h"
 
 namespace torchneuron {
 namespace {
@@ -439,7 +440,15 @@ void run_sync(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack, c10::De
     // on this thread a moment ago: keep the user from seeing them twice.
     std::optional<c10::WarningUtils::WarningHandlerGuard> quiet;
     if (validate) quiet.emplace(&silent_warnings());
+    // The stream is drained and this thread does its work: the profiler
+    // shows it on the stream's track like queued work.
+    const bool profiling = neuronrt::profiling_enabled();
+    const int64_t start_ns = profiling ? neuronrt::profiling_now_ns() : 0;
     redispatch(op, c10::DispatchKey::CPU, &cpu_stack);
+    if (profiling) {
+      neuronrt::profiling_record_host_work(current_stream_handle(device), plan.name.c_str(),
+                                           start_ns);
+    }
   }
   // A kernel that resized a written argument (out= of the wrong shape):
   // follow it on the device tensor, moving the data if it got new memory.

@@ -122,6 +122,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_is_in_bad_fork", &in_bad_fork);
   m.def("_check_not_forked", &check_not_forked);
   m.def("_executed_ops", &executed_ops);
+  // Task records the runtime keeps for the profiler (0 whenever no profiling
+  // session is collecting).
+  m.def("_profiler_record_count", [] { return neuronrt::profiling_record_count(); });
   m.def("_reset_executed_ops", &reset_op_counts);
   m.def("_memory_snapshot", &memory_snapshot);
   m.def("_empty_cache", [] {

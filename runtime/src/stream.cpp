@@ -129,6 +129,9 @@ constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
 // ---- nrtStream_st ------------------------------------------------------------
 
 nrtStatus nrtStream_st::enqueue(Task&& t, bool report_failure, uint64_t* seq) {
+  if (profiling_on() && t.kind <= Task::Kind::kMemcpy) [[unlikely]] {  // work, not markers
+    t.profile = begin_task_profile(device, id, t.op_name);
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (enqueued_ - completed_ >= kMaxQueued && t_worker_stream == nullptr) [[unlikely]] {
     const uint64_t target = enqueued_ - kMaxQueued / 2;
@@ -148,6 +151,7 @@ nrtStatus nrtStream_st::enqueue(Task&& t, bool report_failure, uint64_t* seq) {
     const bool skip = failed_ || s <= skip_through_;
     if (seq) *seq = s;
     lock.unlock();
+    if (t.profile) t.profile->record.enqueue_end_ns = now_ns();
     Failure f;
     const bool failed = run(t, skip, &f);
     lock.lock();
@@ -168,6 +172,7 @@ nrtStatus nrtStream_st::enqueue(Task&& t, bool report_failure, uint64_t* seq) {
   }
   t.seq = ++enqueued_;
   if (seq) *seq = t.seq;
+  if (t.profile) [[unlikely]] t.profile->record.enqueue_end_ns = now_ns();
   queue_.push(std::move(t));
   enqueued_hint_.store(t.seq, std::memory_order_release);
   const bool wake = worker_waiting_;
@@ -261,6 +266,8 @@ void nrtStream_st::finish_locked(uint64_t seq, bool failed, Failure* failure) {
 
 bool nrtStream_st::run(Task& t, bool skip, Failure* failure) {
   bool failed = false;
+  TaskProfile* profile = skip ? nullptr : t.profile.get();
+  if (profile) [[unlikely]] profile->record.start_ns = now_ns();
   switch (t.kind) {
     case Task::Kind::kRecord:
       event_complete(t.event, t.generation);
@@ -303,6 +310,12 @@ bool nrtStream_st::run(Task& t, bool skip, Failure* failure) {
       if (!skip && t.n != 0) std::memmove(t.a, t.b, t.n);
       break;
   }
+  if (profile) [[unlikely]] {
+    // Before the captures are dropped: their release is not the op's work.
+    profile->record.end_ns = now_ns();
+    keep_task_profile(std::move(t.profile));
+  }
+  t.profile.reset();
   // Drop captures and event references before the task counts as finished:
   // memory released by a task is free once a synchronize returns.
   t.fn = nullptr;

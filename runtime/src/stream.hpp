@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "neuronrt/neuronrt.h"
+#include "profiling.hpp"
 
 namespace neuronrt::detail {
 
@@ -31,6 +32,7 @@ struct Task {
   size_t n = 0;                    // kMemcpy: byte count
   nrtEvent_st* event = nullptr;    // kRecord / kWait: holds a reference
   uint64_t generation = 0;         // kRecord / kWait: which recording
+  std::unique_ptr<TaskProfile> profile;  // only while profiling, for work
 };
 
 // FIFO ring buffer that only grows: in steady state push/pop never allocate.

@@ -83,6 +83,47 @@ void set_worker_init(void (*fn)(int device));
 // reports its failure at once.
 bool launch_blocking();
 
+// ---- Profiling: timestamps of queued work ------------------------------------
+// While profiling is on, every op, host function and copy queued on any
+// stream is timestamped: when the host enqueued it and when the stream's
+// worker ran it. Off, an enqueue pays one relaxed atomic load and the worker
+// one branch per task; nothing is kept.
+struct TaskRecord {
+  std::string op_name;
+  int device = 0;
+  int64_t stream = 0;          // nrtStreamGetId
+  uint64_t tag = 0;            // the enqueuing thread's tags (profiling_set_tags)
+  uint64_t user_tag = 0;
+  int32_t host_thread = 0;     // OS thread id of the enqueuing thread
+  // steady_clock, nanoseconds since its epoch.
+  int64_t enqueue_begin_ns = 0, enqueue_end_ns = 0;  // on the host
+  int64_t start_ns = 0, end_ns = 0;                  // on the worker
+  bool on_host = false;  // ran on the issuing thread (profiling_record_host_work)
+};
+
+// Starts a profiling session: drops records left from an earlier one, then
+// timestamps what is queued from now on.
+void profiling_start();
+// Work queued after this is not timestamped; work queued before still is
+// when it runs (take its records after synchronizing).
+void profiling_stop();
+bool profiling_enabled();
+// Tags carried by the work the calling thread queues from now on (the
+// profiler's correlation ids of the op and user range being dispatched).
+void profiling_set_tags(uint64_t tag, uint64_t user_tag);
+// Records work that ran on the calling thread in place of the stream, while
+// the stream was drained (a torch op's synchronous path), from start_ns to
+// now. A no-op while profiling is off.
+void profiling_record_host_work(nrtStream_t stream, const char* op_name, int64_t start_ns);
+// Moves out the records of the current session's finished work. Once
+// profiling is stopped, this also closes the session: work of it that
+// finishes later is dropped, so nothing is kept while profiling is off.
+std::vector<TaskRecord> profiling_take_records();
+// Records kept and not yet taken.
+size_t profiling_record_count();
+// The clock of TaskRecord's timestamps, now.
+int64_t profiling_now_ns();
+
 // ---- Compute threads of the device's kernels --------------------------------
 // Runs body(begin, end) over chunks of [0, n), on the calling thread and the
 // runtime's compute helpers (kernel_threads() - 1 threads, started on first
