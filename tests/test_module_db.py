@@ -213,7 +213,6 @@ class _Case:
     def __init__(self, mi, sample, dtype, training):
         self.mi, self.sample, self.dtype, self.training = mi, sample, dtype, training
         self.state = None
-        torch.manual_seed(0)
         m = self._build("cpu", dtype, sample.forward_input.args, sample.forward_input.kwargs)
         self.state = {k: v.detach().clone() for k, v in self._state_of(m).items()}
 
