@@ -51,7 +51,8 @@ Excluded samples (reported, never counted as passes):
 Rounding: when neuron and CPU disagree beyond the default tolerance, the
 sample is also evaluated on CPU in float64; it passes (counted, and reported
 as a rounding pass) when neuron is no further from that result than twice
-CPU's distance plus one ulp of the largest value (see _rounding_verdict).
+CPU's distance plus one ulp of the largest value (see rounding_verdict in
+conformance.py, shared with test_module_db.py).
 Two float32 implementations that sum in different orders differ by roundings
 that depend on the instruction set, so such differences are never listed per
 sample.
@@ -91,7 +92,9 @@ import torchneuron
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_flatten, tree_map
 
-DEVICE = "neuron"
+from conformance import (DEVICE, Copier, Excluded, Verdict, check_on_neuron, compare, drain,
+                         rounding_verdict, short, sync, tensors, to_cpu, to_float64)
+
 MAX_SAMPLES = int(os.environ.get("TORCHNEURON_OPINFO_MAX_SAMPLES", "0"))
 RUN_CRASHES = os.environ.get("TORCHNEURON_OPINFO_RUN_CRASHES") == "1"
 TIMEOUT_S = 120  # per test (one OpInfo, one category); the slowest takes ~5 s
@@ -275,50 +278,6 @@ def _summary(request):
 # ---- copying samples between devices -----------------------------------------------
 
 
-class _Copier:
-    """Copies the tensors of a sample to a device, keeping their exact layout and
-    the storage sharing between them (a CPU storage maps to one copy)."""
-
-    def __init__(self, device):
-        self.device = torch.device(device)
-        self.storages = {}  # (data_ptr, nbytes, dtype) -> flat copy
-        self.tensors = {}  # id(tensor) -> copy
-
-    def tensor(self, t):
-        if id(t) in self.tensors:
-            return self.tensors[id(t)]
-        with torch.no_grad():
-            if t.layout != torch.strided or t.is_quantized or t.is_nested:
-                c = t.detach().to(self.device)
-            else:
-                st = t.untyped_storage()
-                key = (st.data_ptr(), st.nbytes(), t.dtype)
-                flat = self.storages.get(key)
-                if flat is None:
-                    n = st.nbytes() // t.element_size()
-                    src = torch.empty(0, dtype=t.dtype).set_(st, 0, (n,), (1,))
-                    flat = src.to(self.device, copy=True)
-                    self.storages[key] = flat
-                c = flat.as_strided(t.shape, t.stride(), t.storage_offset())
-                if t.is_conj():
-                    c = c.conj()
-                if t.is_neg():
-                    c = c._neg_view()
-            c = c.detach()
-        c.requires_grad_(t.requires_grad)
-        self.tensors[id(t)] = c
-        return c
-
-    def __call__(self, x):
-        if isinstance(x, torch.Tensor):
-            return self.tensor(x)
-        if isinstance(x, torch.device) and x.type == "cpu":
-            return self.device
-        if isinstance(x, str) and x == "cpu":
-            return self.device.type
-        return x
-
-
 def _touches_device(sample):
     """Whether the sample has a tensor or a device argument, so that the op runs
     on `neuron` once the sample is copied there."""
@@ -328,94 +287,12 @@ def _touches_device(sample):
 
 
 def _copy_sample(oid, sample, device):
-    cp = _Copier(device)
+    cp = Copier(device)
     inp = tree_map(cp, sample.input)
     args = tuple(a if (oid, i) in CPU_ARGS else tree_map(cp, a)
                  for i, a in enumerate(sample.args))
     kwargs = tree_map(cp, sample.kwargs)
     return inp, args, kwargs
-
-
-def _to_cpu(x):
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu()
-    return x
-
-
-def _sync():
-    torch.neuron.synchronize()
-
-
-def _drain():
-    """Consumes an asynchronous failure left on the stream by a failed sample."""
-    for _ in range(2):
-        try:
-            _sync()
-            return
-        except Exception:
-            pass
-
-
-# ---- comparing -------------------------------------------------------------------
-
-
-def _compare(actual, expected, what):
-    """assert_close (default tolerances, NaN == NaN) on tensors and numbers,
-    recursing through sequences and mappings; anything else compares with ==."""
-    if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
-        torch.testing.assert_close(actual, expected, equal_nan=True,
-                                   msg=lambda m: f"{what}: {m}")
-    elif isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
-        if len(actual) != len(expected):
-            raise AssertionError(f"{what}: {len(actual)} items != {len(expected)} items")
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            _compare(a, e, f"{what}[{i}]")
-    elif isinstance(expected, dict) and isinstance(actual, dict):
-        if actual.keys() != expected.keys():
-            raise AssertionError(f"{what}: keys {sorted(actual)} != {sorted(expected)}")
-        for k in expected:
-            _compare(actual[k], expected[k], f"{what}[{k!r}]")
-    elif isinstance(expected, (int, float, complex)) and not isinstance(expected, bool) \
-            and isinstance(actual, (int, float, complex)) and not isinstance(actual, bool):
-        torch.testing.assert_close(actual, expected, equal_nan=True,
-                                   msg=lambda m: f"{what}: {m}")
-    elif type(actual) is not type(expected) or actual != expected:
-        raise AssertionError(f"{what}: {actual!r} != {expected!r}")
-
-
-def _tensors(x):
-    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
-
-
-def _check_on_neuron(result):
-    for t in _tensors(result):
-        if t.device.type != DEVICE:
-            raise AssertionError(f"a result of the neuron run is on {t.device}, not on {DEVICE}")
-
-
-class _Excluded(Exception):
-    """The sample cannot be compared; the message says why."""
-
-
-# ---- rounding: judged against float64 ------------------------------------------------
-#
-# Two correct float32 (or bfloat16) implementations that sum in different
-# orders -- the device's kernels against CPU's, one instruction set against
-# another -- can differ beyond assert_close's default tolerance where an op
-# amplifies rounding (large sums, cancellation). Such a difference is not
-# listed per sample (which samples it hits depends on the CPU): when neuron
-# and CPU disagree, the sample is evaluated on CPU in float64, and it passes
-# as rounding when, for every floating tensor, neuron is no further from the
-# float64 result than twice CPU's distance plus one ulp of the largest value
-# (the rule the Hugging Face coverage tool applies to gradients).
-
-
-def _to_float64(x):
-    if isinstance(x, torch.dtype):
-        return torch.float64 if x.is_floating_point else x
-    if x.is_floating_point() and x.dtype != torch.float64:
-        return x.detach().to(torch.float64).requires_grad_(x.requires_grad)
-    return x
 
 
 def _float64_reference(oid, op, sample, run):
@@ -425,44 +302,9 @@ def _float64_reference(oid, op, sample, run):
         return "the op has no float64 kernel on CPU"
     try:
         torch.manual_seed(1)
-        return run(oid, op, sample.transform(_to_float64), "cpu")
+        return run(oid, op, sample.transform(to_float64), "cpu")
     except Exception as e:  # noqa: BLE001
         return f"the float64 evaluation raised {type(e).__name__}: {e}"
-
-
-def _rounding_verdict(what, actual, expected, reference):
-    """"" when neuron's `what` is as close to the float64 result as CPU's is,
-    else why not."""
-    if isinstance(reference, str):
-        return reference
-    ref = dict(reference).get(what)
-    leaves = [tree_flatten(x)[0] for x in (actual, expected, ref)]
-    if len({len(x) for x in leaves}) != 1:
-        return f"{what}: the float64 results have another structure"
-    for a, e, r in zip(*leaves):
-        if not isinstance(a, torch.Tensor) or not a.is_floating_point():
-            try:
-                _compare(a, e, what)
-            except AssertionError as err:
-                return str(err)
-            continue
-        if not isinstance(r, torch.Tensor) or r.shape != a.shape or e.shape != a.shape:
-            return f"{what}: the float64 results have other shapes"
-        a64, e64, r64 = (t.detach().to(torch.float64) for t in (a, e, r))
-        finite = torch.isfinite(a64) & torch.isfinite(e64)
-        if not torch.equal(a64[~finite].nan_to_num(), e64[~finite].nan_to_num()) or \
-                not torch.equal(torch.isnan(a64), torch.isnan(e64)):
-            return f"{what}: non-finite values differ from CPU's"
-        if not finite.any():
-            continue
-        err_neuron = (a64 - r64)[finite].abs().max().item()
-        err_cpu = (e64 - r64)[finite].abs().max().item()
-        ulp = torch.finfo(a.dtype).eps * r64[finite].abs().max().item()
-        if err_neuron > 2 * err_cpu + ulp:
-            return (f"{what}: neuron is {err_neuron:.3g} from float64, CPU {err_cpu:.3g} "
-                    f"(allowed: twice CPU's plus one {a.dtype} ulp of the largest value, "
-                    f"{2 * err_cpu + ulp:.3g})")
-    return ""
 
 
 # ---- running one sample ------------------------------------------------------------
@@ -474,16 +316,16 @@ def _rounding_verdict(what, actual, expected, reference):
 def _run_forward(oid, op, sample, device):
     inp, args, kwargs = _copy_sample(oid, sample, device)
     out = sample.output_process_fn_grad(op(inp, *args, **kwargs))
-    return [("output", out), ("tensor arguments after the op", _tensors((inp, args, kwargs)))]
+    return [("output", out), ("tensor arguments after the op", tensors((inp, args, kwargs)))]
 
 
 def _run_inplace(oid, op, sample, device):
     if sample.broadcasts_input:
-        raise _Excluded("the sample broadcasts its input, which in-place ops reject")
+        raise Excluded("the sample broadcasts its input, which in-place ops reject")
     inp, args, kwargs = _copy_sample(oid, sample, device)
     out = op.inplace_variant(inp, *args, **kwargs)
     return [("output", out), ("output is the input tensor", out is inp),
-            ("tensor arguments after the op", _tensors((inp, args, kwargs)))]
+            ("tensor arguments after the op", tensors((inp, args, kwargs)))]
 
 
 def _run_out(oid, op, sample, device):
@@ -494,7 +336,7 @@ def _run_out(oid, op, sample, device):
     elif isinstance(ref, (tuple, list)) and ref and all(isinstance(t, torch.Tensor) for t in ref):
         out = tuple(torch.empty(0, dtype=t.dtype, device=device) for t in ref)
     else:
-        raise _Excluded("the output is not a tensor or a tuple of tensors")
+        raise Excluded("the output is not a tensor or a tuple of tensors")
     inp, args, kwargs = _copy_sample(oid, sample, device)
     ret = op(inp, *args, out=out, **kwargs)
     if isinstance(out, tuple):
@@ -503,19 +345,19 @@ def _run_out(oid, op, sample, device):
     else:
         same = ret is out
     return [("out= tensors", out), ("output", ret), ("output is the out= tensors", same),
-            ("tensor arguments after the op", _tensors((inp, args, kwargs)))]
+            ("tensor arguments after the op", tensors((inp, args, kwargs)))]
 
 
 def _run_backward(oid, op, sample, device):
     inp, args, kwargs = _copy_sample(oid, sample, device)
     out = sample.output_process_fn_grad(op(inp, *args, **kwargs))
-    outs = [t for t in _tensors(out) if t.requires_grad]
+    outs = [t for t in tensors(out) if t.requires_grad]
     if not outs:
-        raise _Excluded("no differentiable output")
+        raise Excluded("no differentiable output")
     g = torch.Generator().manual_seed(0)
     grad_outs = [torch.randn(o.shape, generator=g).to(device=device, dtype=o.dtype)
                  for o in outs]
-    leaves = [t for t in _tensors((inp, args, kwargs)) if t.requires_grad]
+    leaves = [t for t in tensors((inp, args, kwargs)) if t.requires_grad]
     grads = torch.autograd.grad(outs, leaves, grad_outs, allow_unused=True)
     return [("differentiable outputs", outs), ("gradients", list(grads))]
 
@@ -527,32 +369,32 @@ RUNNERS = {"forward": _run_forward, "inplace": _run_inplace, "out": _run_out,
 def check_sample(oid, op, sample, direction):
     """Returns "pass" when neuron agrees with CPU on the sample, "rounding" when
     it differs from CPU only as two roundings of one float64 result do (see
-    _rounding_verdict); raises _Excluded when the sample cannot be compared,
+    rounding_verdict); raises Excluded when the sample cannot be compared,
     and AssertionError (or the neuron run's error) when neuron disagrees."""
     if direction != "out" and not _touches_device(sample):  # out= tensors are on neuron
-        raise _Excluded("no tensor or device argument: the op runs on the default device (CPU)")
+        raise Excluded("no tensor or device argument: the op runs on the default device (CPU)")
     run = RUNNERS[direction]
     try:
         torch.manual_seed(1)
         expected = run(oid, op, sample, "cpu")
         torch.manual_seed(2)
         again = run(oid, op, sample, "cpu")
-    except _Excluded:
+    except Excluded:
         raise
     except Exception as e:
         cpu_error = f"{type(e).__name__}: {e}"
         try:
             torch.manual_seed(1)
             run(oid, op, sample, DEVICE)
-            _sync()
+            sync()
         except Exception:
-            _drain()
-            raise _Excluded(f"the CPU reference rejects it ({type(e).__name__})") from None
+            drain()
+            raise Excluded(f"the CPU reference rejects it ({type(e).__name__})") from None
         raise AssertionError(f"neuron accepts a sample the CPU reference rejects: {cpu_error}")
     try:
-        _compare(again, expected, "CPU repeat")
+        compare(again, expected, "CPU repeat")
     except AssertionError:
-        raise _Excluded("nondeterministic: two CPU runs with different seeds differ") from None
+        raise Excluded("nondeterministic: two CPU runs with different seeds differ") from None
     # Twice on neuron: the backend runs the first call of an argument signature
     # synchronously (checking its Meta kernel against the CPU kernel) and
     # queues later ones, and both paths must agree with CPU.
@@ -561,18 +403,18 @@ def check_sample(oid, op, sample, direction):
         torch.manual_seed(1)
         try:
             actual = run(oid, op, sample, DEVICE)
-        except _Excluded as e:  # the CPU run had it, so this is a difference
+        except Excluded as e:  # the CPU run had it, so this is a difference
             raise AssertionError(f"{attempt} neuron run: {e}") from None
-        _check_on_neuron([v for what, v in actual if what != "tensor arguments after the op"])
-        actual = tree_map(_to_cpu, actual)
-        _sync()
+        check_on_neuron([v for what, v in actual if what != "tensor arguments after the op"])
+        actual = tree_map(to_cpu, actual)
+        sync()
         for (what, a), (_, e) in zip(actual, expected):
             try:
-                _compare(a, e, f"{attempt} neuron run, {what}")
+                compare(a, e, f"{attempt} neuron run, {what}")
             except AssertionError as mismatch:
                 if reference is None:
                     reference = _float64_reference(oid, op, sample, run)
-                why = _rounding_verdict(what, a, e, reference)
+                why = rounding_verdict(what, a, e, reference)
                 if why:
                     raise AssertionError(f"{mismatch}\nagainst a float64 evaluation: {why}") from None
                 rounding = True
@@ -587,11 +429,6 @@ def _samples(op, dtype, direction):
     if MAX_SAMPLES:
         gen = itertools.islice(gen, MAX_SAMPLES)
     return list(gen)
-
-
-def _short(e):
-    msg = f"{type(e).__name__}: {e}".strip()
-    return msg if len(msg) < 500 else msg[:500] + " ..."
 
 
 def run_op(oid, dtype_name, direction):
@@ -622,45 +459,23 @@ def run_op(oid, dtype_name, direction):
                 if check_sample(oid, op, sample, direction) == "rounding":
                     rounding.append(i)
                 passed.append(i)
-            except _Excluded as e:
+            except Excluded as e:
                 excluded[i] = str(e)
             except Exception as e:  # noqa: BLE001 - any error of the neuron run is a failure
-                _drain()
-                failures[i] = _short(e)
+                drain()
+                failures[i] = short(e)
     crashed = listed & set(range(len(samples))) if crash else set()
-    expected_fail = crashed | (listed & set(failures))
-    unexpected = {i: m for i, m in failures.items() if i not in listed}
-    # A non-strict entry lists samples that may fail: whether they do depends on
-    # rounding in kernels that differ between CPUs (its reason says why).
-    xpass = sorted(set(passed) & listed) if known and known.get("strict", True) else []
+    verdict = Verdict(known, len(samples), passed, failures, excluded, listed, crashed)
     stats["pass"] += len(passed)
-    stats["known"] += len(expected_fail)
-    stats["unexpected"] += len(unexpected)
-    stats["xpass"] += len(xpass)
+    stats["known"] += len(verdict.expected_fail)
+    stats["unexpected"] += len(verdict.unexpected)
+    stats["xpass"] += len(verdict.xpass)
     stats["excluded"] += len(excluded)
     stats["rounding"] += len(rounding)
     for i, m in sorted(failures.items()):
         RECORD.append({"op": oid, "dtype": dtype_name, "direction": direction, "sample": i,
                        "n_samples": len(samples), "error": m})
-
-    problems = []
-    if unexpected:
-        by_msg = {}
-        for i, m in sorted(unexpected.items()):
-            by_msg.setdefault(m, []).append(i)
-        lines = [f"  samples {idx}: {m}" for m, idx in by_msg.items()]
-        problems.append(f"{len(unexpected)}/{len(samples)} samples fail on neuron and are not "
-                        f"in {KNOWN_FAILURES_FILE.name}:\n" + "\n".join(lines))
-    if xpass:
-        problems.append(f"known failure now passes for samples {xpass}: update "
-                        f"{KNOWN_FAILURES_FILE.name} (entry reason: {known['reason']})")
-    if problems:
-        pytest.fail("\n".join(problems), pytrace=False)
-    if expected_fail:
-        pytest.xfail(f"{len(expected_fail)}/{len(samples)} samples: {known['reason']}")
-    if not passed:
-        reasons = sorted(set(excluded.values())) or ["the OpInfo has no samples"]
-        pytest.skip(f"no comparable sample ({len(excluded)} excluded: {'; '.join(reasons)})")
+    verdict.conclude(KNOWN_FAILURES_FILE.name, nothing="the OpInfo has no samples")
 
 
 pytestmark = pytest.mark.timeout(TIMEOUT_S, method="thread")
