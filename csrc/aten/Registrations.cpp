@@ -11,6 +11,7 @@
 #include "csrc/aten/native/Matmul.h"
 #include "csrc/aten/native/Random.h"
 #include "csrc/aten/native/RecurrentCells.h"
+#include "csrc/aten/native/RecurrentLayers.h"
 #include "csrc/aten/native/Streams.h"
 #include "csrc/aten/native/Views.h"
 
@@ -68,6 +69,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace torchneuron
+
+// Whole recurrent layers as autograd nodes of their own (RecurrentLayers.h),
+// in place of PyTorch's per-step composite.
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("lstm.input", TORCH_FN(torchneuron::native::lstm_input));
+  m.impl("lstm.data", TORCH_FN(torchneuron::native::lstm_data));
+  m.impl("gru.input", TORCH_FN(torchneuron::native::gru_input));
+  m.impl("gru.data", TORCH_FN(torchneuron::native::gru_data));
+}
 
 // A copy from a conjugate or negative view must reach _copy_from with the
 // view as it is (the CPU aliases carry the bits; the CPU copy resolves
