@@ -76,8 +76,8 @@ std::pair<at::Tensor, at::Tensor> checked_biases(const char* op, const at::Tenso
   return {input_bias.contiguous(), hidden_bias.contiguous()};
 }
 
-int64_t hidden_of(const char* op, const at::Tensor& gates, int64_t factor) {
-  TORCH_CHECK(gates.size(1) % factor == 0, op, ": input_gates has ", gates.size(1),
+int64_t hidden_of(const char* op, const char* name, const at::Tensor& gates, int64_t factor) {
+  TORCH_CHECK(gates.size(1) % factor == 0, op, ": ", name, " has ", gates.size(1),
               " columns, not a multiple of ", factor, " gates");
   return gates.size(1) / factor;
 }
@@ -93,7 +93,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell(
     const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
   static OpCounter& counter = op_counter(kLstmOp);
   check_lead(kLstmOp, "input_gates", input_gates);
-  const int64_t B = input_gates.size(0), H = hidden_of(kLstmOp, input_gates, 4);
+  const int64_t B = input_gates.size(0), H = hidden_of(kLstmOp, "input_gates", input_gates, 4);
   const auto dev = input_gates.device();
   const auto dtype = input_gates.scalar_type();
   check_arg(kLstmOp, "hidden_gates", hidden_gates, dev, dtype, input_gates.sizes());
@@ -129,7 +129,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell_backward_imp
   at::Tensor grad_hy = opt(grad_hy_opt), grad_cy = opt(grad_cy_opt);
   if (!grad_hy.defined() && !grad_cy.defined()) return {};  // nothing flows back
   check_lead(kLstmBackwardOp, "workspace", workspace);
-  const int64_t B = workspace.size(0), H = hidden_of(kLstmBackwardOp, workspace, 4);
+  const int64_t B = workspace.size(0), H = hidden_of(kLstmBackwardOp, "workspace", workspace, 4);
   const auto dev = workspace.device();
   const auto dtype = workspace.scalar_type();
   if (grad_hy.defined()) check_arg(kLstmBackwardOp, "grad_hy", grad_hy, dev, dtype, {B, H});
@@ -167,7 +167,7 @@ std::tuple<at::Tensor, at::Tensor> thnn_fused_gru_cell(
     const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
   static OpCounter& counter = op_counter(kGruOp);
   check_lead(kGruOp, "input_gates", input_gates);
-  const int64_t B = input_gates.size(0), H = hidden_of(kGruOp, input_gates, 3);
+  const int64_t B = input_gates.size(0), H = hidden_of(kGruOp, "input_gates", input_gates, 3);
   const auto dev = input_gates.device();
   const auto dtype = input_gates.scalar_type();
   check_arg(kGruOp, "hidden_gates", hidden_gates, dev, dtype, input_gates.sizes());
@@ -198,7 +198,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> thnn_fuse
     const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
   static OpCounter& counter = op_counter(kGruBackwardOp);
   check_lead(kGruBackwardOp, "workspace", workspace);
-  const int64_t B = workspace.size(0), H = hidden_of(kGruBackwardOp, workspace, 5);
+  const int64_t B = workspace.size(0), H = hidden_of(kGruBackwardOp, "workspace", workspace, 5);
   check_arg(kGruBackwardOp, "grad_hy", grad_hy, workspace.device(), workspace.scalar_type(),
             {B, H});
   at::Tensor ws = as_rows(workspace), go = as_rows(grad_hy);
