@@ -31,6 +31,7 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
+#include <omp.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <neuronkernels/rnn.hpp>
@@ -38,6 +39,7 @@
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/OpStats.h"
 #include "csrc/aten/native/KernelSupport.h"
+#include "neuronrt/neuronrt.hpp"
 
 namespace torchneuron::native {
 namespace {
@@ -116,6 +118,30 @@ const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr()
 // calling thread, see Launch.h).
 at::Tensor cpu_view(const at::Tensor& t) { return t.defined() ? cpu_alias(t) : at::Tensor(); }
 
+// out = a . b (+ add), with the columns split among the runtime's compute
+// threads in blocks, each one single-threaded GEMM. Blocks are claimed, not
+// assigned (neuronrt::parallel_for): a thread the OS has not scheduled holds
+// up only the block it took, where an OpenMP team's barrier would wait for it
+// on every step.
+void split_product(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                   const at::Tensor& add = at::Tensor()) {
+  constexpr int64_t kBlock = 64;
+  const int64_t N = out.size(1), blocks = (N + kBlock - 1) / kBlock;
+  auto run = [&](int64_t c0, int64_t c1) {
+    at::Tensor o = out.narrow(1, c0, c1 - c0), bb = b.narrow(1, c0, c1 - c0);
+    if (add.defined()) {
+      at::addmm_out(o, add.narrow(1, c0, c1 - c0), a, bb);
+    } else {
+      at::mm_out(o, a, bb);
+    }
+  };
+  if (blocks < 2) return run(0, N);
+  neuronrt::parallel_for(blocks, [&](int64_t b0, int64_t b1) {
+    omp_set_num_threads(1);  // ATen's GEMM would open a team of its own on a helper
+    run(b0 * kBlock, std::min(N, b1 * kBlock));
+  });
+}
+
 // The forward recurrence of one layer and direction, on CPU aliases.
 struct ForwardTask {
   LayerConfig cfg;
@@ -132,7 +158,7 @@ struct ForwardTask {
       if (bs == 0) continue;
       copy_rows(hprev, off, h, 0, bs);
       at::Tensor hgs = rows(hg, 0, bs);
-      at::mm_out(hgs, rows(hprev, off, bs), w_hh_t);
+      split_product(hgs, rows(hprev, off, bs), w_hh_t);
       if (cfg.cell == Cell::kLstm) {
         copy_rows(cprev, off, c, 0, bs);
         nk::LstmCellForwardParams p;
@@ -150,7 +176,7 @@ struct ForwardTask {
         nk::lstm_cell_forward(p, device_parallel_for);
         if (w_hr.defined()) {
           at::Tensor ys = rows(y, off, bs);
-          at::mm_out(ys, rows(hraw, off, bs), w_hr.t());
+          split_product(ys, rows(hraw, off, bs), w_hr.t());
         }
         copy_rows(c, 0, cnext, off, bs);
       } else {
@@ -202,7 +228,7 @@ struct BackwardTask {
         at::Tensor dh_cell = dys;
         if (w_hr.defined()) {
           dh_cell = rows(dhraw, 0, bs);
-          at::mm_out(dh_cell, dys, w_hr);
+          split_product(dh_cell, dys, w_hr);
         }
         nk::LstmCellBackwardParams p;
         p.dtype = dtype;
@@ -216,7 +242,7 @@ struct BackwardTask {
         p.grad_gates = rows_at(dgi, off);
         p.grad_cx = rows_at(dc, 0);  // in place: each chunk is read before it is written
         nk::lstm_cell_backward(p, device_parallel_for);
-        at::mm_out(dhs, rows(dgi, off, bs), w_hh);
+        split_product(dhs, rows(dgi, off, bs), w_hh);
       } else {
         nk::GruCellBackwardParams p;
         p.dtype = dtype;
@@ -228,7 +254,7 @@ struct BackwardTask {
         p.grad_hidden_gates = rows_at(dgh, off);
         p.grad_hx = rows_at(ghx, 0);
         nk::gru_cell_backward(p, device_parallel_for);
-        at::addmm_out(dhs, rows(ghx, 0, bs), rows(dgh, off, bs), w_hh);
+        split_product(dhs, rows(dgh, off, bs), w_hh, rows(ghx, 0, bs));
       }
     }
   }
@@ -238,11 +264,11 @@ struct BackwardTask {
 // 32, hidden 256: 8M multiply-adds, 0.3 ms on one core), and in the worker's
 // OpenMP team every one of them is a parallel region ending in a barrier: on
 // two shared cores over half of a training step's samples were libgomp
-// spinning there, and the worker alone ran the 2-layer LSTM step 2-4x faster
-// (docs/performance.md). So the steps run on the worker alone unless each
-// product is large enough to amortize the barrier; the products over all
-// steps (input projection, weight gradients) are separate ops and keep the
-// team.
+// spinning there, and without the team the 2-layer LSTM step ran 2-4x faster
+// (docs/performance.md). So the task keeps the team only when each product is
+// large enough to amortize the barrier; otherwise the products are split over
+// the runtime's compute threads (split_product). The products over all steps
+// (input projection, weight gradients) are separate ops and keep the team.
 constexpr int64_t kStepTeamMacs = int64_t{64} << 20;
 int64_t task_elements(int64_t batch, int64_t P, int64_t G, int64_t H) {
   return batch * P * G * H >= kStepTeamMacs ? batch * P * G * H : 1;
