@@ -8,7 +8,7 @@ the target:
     (the time the host spends issuing an op; the sustained time, with the queue
     drained, is printed below it)
   - throughput of large matmul, elementwise and softmax:                   >= 0.95x CPU
-  - one training step of an MLP and of a transformer block:                <= 1.10x CPU
+  - one training step of an MLP, a transformer block and a 2-layer LSTM:   <= 1.10x CPU
   - asynchrony: time for the host to enqueue a chain of large ops vs the time
     to run them (enqueue must return long before the work finishes).
 Timings on a shared machine are noisy: each figure is the median of several
@@ -23,7 +23,7 @@ import time
 import torch
 from torch import nn
 
-from fresh_process import measure_in_fresh_process
+from fresh_process import isa_line, measure_in_fresh_process
 
 
 def sync(device):
@@ -100,6 +100,14 @@ def training_step(device, case, repeats):
                               nn.Linear(512, 10))
         x = torch.randn(128, 256)
         y = torch.randint(0, 10, (128,))
+    elif case == "LSTM":
+        # 2 layers, hidden 256, sequence 64, batch 32: the recurrence is 64
+        # dependent steps per layer and direction of the pass.
+        lstm = nn.LSTM(256, 256, num_layers=2)
+        model = nn.Sequential(lstm)
+        model.forward = lambda inp: lstm(inp)[0]
+        x = torch.randn(64, 32, 256)
+        y = torch.randn(64, 32, 256)
     else:
         model = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
         x = torch.randn(16, 64, 256)
@@ -139,6 +147,9 @@ def asynchrony(device, n_ops=20):
     return enqueue, total
 
 
+STEP_CASES = ["MLP", "transformer block", "LSTM"]
+
+
 def row(name, cpu, neuron, ratio, target, ok, fmt):
     mark = "ok" if ok else "MISS"
     print(f"  {name:<22}{fmt(cpu):>14}{fmt(neuron):>14}{ratio:>9.2f}x   {target:<10}{mark}")
@@ -152,7 +163,7 @@ def measure(device_name, reps):
         out["latency"][op] = host_latency(device, op, reps, 2000)
     for case in ["matmul 1024", "elementwise 16M", "softmax 4096x4096"]:
         out["throughput"][case] = throughput(device, case, reps)
-    for case in ["MLP", "transformer block"]:
+    for case in STEP_CASES:
         out["step"][case] = training_step(device, case, reps)
     if device.type == "neuron":
         out["asynchrony"] = asynchrony(device)
@@ -171,6 +182,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
           f"neuron: {torch.neuron.get_device_name()}; each device measured in its own process",
           flush=True)
+    print(isa_line(), flush=True)
     c_all, n_all = measure_in_fresh_process(__file__, "cpu", reps), measure_in_fresh_process(__file__, "neuron", reps)
     header = f"  {'case':<22}{'cpu':>14}{'neuron':>14}{'ratio':>10}   {'target':<10}"
 
@@ -193,7 +205,7 @@ def main():
     print("\nOne training step, AdamW (lower is better; ratio = neuron/cpu)")
     print(header)
     ms = lambda s: f"{s * 1e3:.2f} ms"  # noqa: E731
-    for case in ["MLP", "transformer block"]:
+    for case in STEP_CASES:
         c, n = c_all["step"][case], n_all["step"][case]
         row(case, c, n, n / c, "<= 1.10x", n / c <= 1.10, ms)
 

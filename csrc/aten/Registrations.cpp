@@ -10,6 +10,8 @@
 #include "csrc/aten/native/Factory.h"
 #include "csrc/aten/native/Matmul.h"
 #include "csrc/aten/native/Random.h"
+#include "csrc/aten/native/RecurrentCells.h"
+#include "csrc/aten/native/RecurrentLayers.h"
 #include "csrc/aten/native/Streams.h"
 #include "csrc/aten/native/Views.h"
 
@@ -53,6 +55,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(native::sdpa_overrideable));
   m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
          TORCH_FN(native::sdpa_overrideable_backward));
+  // recurrent cells (nn.LSTM / nn.GRU and their cells)
+  m.impl("_thnn_fused_lstm_cell", TORCH_FN(native::thnn_fused_lstm_cell));
+  m.impl("_thnn_fused_lstm_cell_backward_impl", TORCH_FN(native::thnn_fused_lstm_cell_backward_impl));
+  m.impl("_thnn_fused_gru_cell", TORCH_FN(native::thnn_fused_gru_cell));
+  m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(native::thnn_fused_gru_cell_backward));
   // streams
   m.impl("record_stream", TORCH_FN(native::record_stream));
   // generic behaviour that is wrong for neuron
@@ -63,6 +70,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace torchneuron
+
+// Whole recurrent layers as autograd nodes of their own (RecurrentLayers.h),
+// in place of PyTorch's per-step composite.
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("lstm.input", TORCH_FN(torchneuron::native::lstm_input));
+  m.impl("lstm.data", TORCH_FN(torchneuron::native::lstm_data));
+  m.impl("gru.input", TORCH_FN(torchneuron::native::gru_input));
+  m.impl("gru.data", TORCH_FN(torchneuron::native::gru_data));
+}
 
 // A copy from a conjugate or negative view must reach _copy_from with the
 // view as it is (the CPU aliases carry the bits; the CPU copy resolves
