@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <thread>
 
 #include "support.hpp"
@@ -121,8 +122,16 @@ TEST_F(Profiling, StreamsOverlapAndKeepTheirIds) {
 TEST_F(Profiling, SkippedWorkIsNotRecorded) {
   nrtStream_t s = nrt_test::default_stream(0);
   Session session;
-  neuronrt::launch(s, "fails", [] { throw std::runtime_error("boom"); });
+  // The failing task waits until the next one is queued: a failure that is
+  // already known is raised by the next launch instead.
+  std::promise<void> both_queued;
+  std::shared_future<void> gate = both_queued.get_future().share();
+  neuronrt::launch(s, "fails", [gate] {
+    gate.wait();
+    throw std::runtime_error("boom");
+  });
   neuronrt::launch(s, "skipped", [] {});
+  both_queued.set_value();
   EXPECT_THROW(neuronrt::synchronize(s), neuronrt::AsyncError);
   neuronrt::profiling_stop();
   std::vector<neuronrt::TaskRecord> r = neuronrt::profiling_take_records();
