@@ -27,7 +27,7 @@ def kernel_runs(op):
 
 def assert_matches(got, cpu, exact, what):
     assert got.shape == cpu.shape and got.dtype == cpu.dtype, what
-    if got.dtype == torch.float32:
+    if got.dtype in (torch.float32, torch.float64):
         torch.testing.assert_close(got, cpu, msg=lambda m: f"{what}: {m}")
         return
     scale = exact.abs().max().item() if exact.numel() else 0.0
@@ -191,6 +191,37 @@ def test_cells_match_cpu(dtype, with_state):
         assert ops.get(op, {}).get("kernel", 0) > 0, (op, ops)
 
 
+@pytest.mark.parametrize("case", [("lstm", "two_layers_bidirectional_states"),
+                                  ("lstm", "packed_proj_states"),
+                                  ("gru", "packed_bidirectional")])
+def test_float64_layers_match_cpu(case):
+    # float64 goes to PyTorch's per-step composite, whose fused cells run as ATen ops
+    kind, name = case
+    kwargs, inputs = (LSTM_CASES if kind == "lstm" else GRU_CASES)[name]
+    torchneuron.reset_executed_ops()
+    compare(lambda: (nn.LSTM if kind == "lstm" else nn.GRU)(**kwargs), inputs, dtype=torch.float64)
+    cell = "aten::_thnn_fused_lstm_cell" if kind == "lstm" else "aten::_thnn_fused_gru_cell"
+    assert kernel_runs(cell) == 0 and kernel_runs(LAYER_OP) == 0
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+def test_float64_cells_match_cpu(with_state):
+    B, I, H = 3, 5, 6
+    states = [(B, H), (B, H)] if with_state else None
+
+    def cell_inputs(states):
+        make = seq_inputs(1, B, I, states=states, seed=4)
+
+        def f(device, dtype):
+            args, leaves = make(device, dtype)
+            return (leaves[0][0], *args[1:]), leaves
+        return f
+
+    compare(lambda: nn.LSTMCell(I, H), cell_inputs(states), dtype=torch.float64)
+    compare(lambda: nn.GRUCell(I, H), cell_inputs(states[:1] if states else None),
+            dtype=torch.float64)
+
+
 def test_eval_without_grad_and_dropout_in_eval_mode():
     torch.manual_seed(0)
     m = nn.LSTM(4, 5, num_layers=2, dropout=0.5).eval()
@@ -267,10 +298,13 @@ BAD_FUSED_CALLS = {
     "dtype mix": (lambda: torch.ops.aten._thnn_fused_lstm_cell(
         *_cell_args()[:2], torch.randn(2, 3, device=D, dtype=torch.bfloat16)),
         r"_thnn_fused_lstm_cell: expected cx of dtype Float, got BFloat16"),
-    "float64": (lambda: torch.ops.aten._thnn_fused_lstm_cell(
-        *_cell_args(dtype=torch.float64)),
-        r"_thnn_fused_lstm_cell: expected input_gates of dtype float32, bfloat16 or float16, "
-        r"got Double"),
+    "integer dtype": (lambda: torch.ops.aten._thnn_fused_lstm_cell(
+        *(torch.ones(2, n, device=D, dtype=torch.int64) for n in (12, 12, 3))),
+        r"_thnn_fused_lstm_cell: expected input_gates of dtype float32, bfloat16, float16 or "
+        r"float64, got Long"),
+    "float64 cx float32": (lambda: torch.ops.aten._thnn_fused_lstm_cell(
+        *_cell_args(dtype=torch.float64)[:2], torch.randn(2, 3, device=D)),
+        r"_thnn_fused_lstm_cell: expected cx of dtype Double, got Float"),
     "gates not 4x": (lambda: torch.ops.aten._thnn_fused_lstm_cell(
         torch.randn(2, 10, device=D), torch.randn(2, 10, device=D), torch.randn(2, 3, device=D)),
         r"_thnn_fused_lstm_cell: input_gates has 10 columns, not a multiple of 4 gates"),

@@ -1,7 +1,12 @@
 #include "csrc/aten/native/RecurrentCells.h"
 
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/sigmoid.h>
 #include <ATen/ops/sum.h>
+#include <ATen/ops/tanh.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/util/StringUtil.h>
 
 #include <neuronkernels/rnn.hpp>
@@ -40,7 +45,7 @@ void check_lead(const char* op, const char* name, const at::Tensor& t) {
   TORCH_CHECK(t.defined() && t.is_privateuseone(), op, ": expected ", name,
               " on a neuron device, got ", t.defined() ? t.device().str() : "an undefined tensor");
   TORCH_CHECK(kernel_dtype(t.scalar_type()), op, ": expected ", name,
-              " of dtype float32, bfloat16 or float16, got ", t.scalar_type());
+              " of dtype float32, bfloat16, float16 or float64, got ", t.scalar_type());
   TORCH_CHECK(t.dim() == 2, op, ": expected a 2-D ", name, " [batch, gates], got shape ",
               t.sizes());
 }
@@ -86,12 +91,85 @@ at::Tensor empty_rows(const at::Tensor& like, int64_t rows, int64_t cols) {
   return at::empty({rows, cols}, like.options());
 }
 
+// float64 cells (rare: the kernel computes in float32) run the cell's math as
+// ATen ops, each queued like any other op; the workspaces hold what the
+// backward needs in the layout CUDA's fused cells use.
+bool is_double_on_neuron(const at::Tensor& t) {
+  return t.defined() && t.is_privateuseone() && t.scalar_type() == at::kDouble && t.dim() == 2;
+}
+
+at::Tensor biased_gates(const at::Tensor& gates, const at::Tensor& bias) {
+  return bias.defined() ? gates + bias : gates;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell_math(
+    const at::Tensor& ig, const at::Tensor& hg, const at::Tensor& cx, const at::Tensor& bi,
+    const at::Tensor& bh) {
+  auto g = biased_gates(ig, bi) + biased_gates(hg, bh);
+  auto chunks = g.chunk(4, 1);
+  auto i = at::sigmoid(chunks[0]), f = at::sigmoid(chunks[1]), c = at::tanh(chunks[2]),
+       o = at::sigmoid(chunks[3]);
+  auto cy = f * cx + i * c;
+  auto hy = o * at::tanh(cy);
+  return {hy, cy, at::cat({i, f, c, o}, 1)};
+}
+
+std::tuple<at::Tensor, at::Tensor> lstm_cell_backward_math(const at::Tensor& grad_hy,
+                                                           const at::Tensor& grad_cy,
+                                                           const at::Tensor& cx,
+                                                           const at::Tensor& cy,
+                                                           const at::Tensor& workspace) {
+  auto w = workspace.chunk(4, 1);
+  const auto &i = w[0], &f = w[1], &c = w[2], &o = w[3];
+  auto tanh_cy = at::tanh(cy);
+  at::Tensor grad_o, grad_c = grad_cy.defined() ? grad_cy : at::zeros_like(cy);
+  if (grad_hy.defined()) {
+    grad_o = grad_hy * tanh_cy * o * (1 - o);
+    grad_c = grad_c + grad_hy * o * (1 - tanh_cy * tanh_cy);
+  } else {
+    grad_o = at::zeros_like(o);
+  }
+  auto grad_gates = at::cat({grad_c * c * i * (1 - i), grad_c * cx * f * (1 - f),
+                             grad_c * i * (1 - c * c), grad_o},
+                            1);
+  return {grad_gates, grad_c * f};
+}
+
+std::tuple<at::Tensor, at::Tensor> gru_cell_math(const at::Tensor& ig, const at::Tensor& hg,
+                                                 const at::Tensor& hx, const at::Tensor& bi,
+                                                 const at::Tensor& bh) {
+  auto x = biased_gates(ig, bi).chunk(3, 1), h = biased_gates(hg, bh).chunk(3, 1);
+  auto r = at::sigmoid(x[0] + h[0]), z = at::sigmoid(x[1] + h[1]);
+  auto n = at::tanh(x[2] + r * h[2]);
+  auto hy = n + z * (hx - n);
+  return {hy, at::cat({r, z, n, hx, h[2]}, 1)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> gru_cell_backward_math(
+    const at::Tensor& grad_hy, const at::Tensor& workspace) {
+  auto w = workspace.chunk(5, 1);
+  const auto &r = w[0], &z = w[1], &n = w[2], &hx = w[3], &hn = w[4];
+  auto grad_in = grad_hy * (1 - z) * (1 - n * n);
+  auto grad_z = grad_hy * (hx - n) * z * (1 - z);
+  auto grad_r = grad_in * hn * r * (1 - r);
+  return {at::cat({grad_r, grad_z, grad_in}, 1), at::cat({grad_r, grad_z, grad_in * r}, 1),
+          grad_hy * z};
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell(
     const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& cx,
     const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
   static OpCounter& counter = op_counter(kLstmOp);
+  if (is_double_on_neuron(input_gates)) {
+    const int64_t B = input_gates.size(0), H = hidden_of(kLstmOp, "input_gates", input_gates, 4);
+    check_arg(kLstmOp, "hidden_gates", hidden_gates, input_gates.device(), at::kDouble,
+              input_gates.sizes());
+    check_arg(kLstmOp, "cx", cx, input_gates.device(), at::kDouble, {B, H});
+    auto [bi, bh] = checked_biases(kLstmOp, input_gates, input_bias, hidden_bias);
+    return lstm_cell_math(input_gates, hidden_gates, cx, bi, bh);
+  }
   check_lead(kLstmOp, "input_gates", input_gates);
   const int64_t B = input_gates.size(0), H = hidden_of(kLstmOp, "input_gates", input_gates, 4);
   const auto dev = input_gates.device();
@@ -128,6 +206,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell_backward_imp
   static OpCounter& counter = op_counter(kLstmBackwardOp);
   at::Tensor grad_hy = opt(grad_hy_opt), grad_cy = opt(grad_cy_opt);
   if (!grad_hy.defined() && !grad_cy.defined()) return {};  // nothing flows back
+  if (is_double_on_neuron(workspace)) {
+    const int64_t B = workspace.size(0), H = hidden_of(kLstmBackwardOp, "workspace", workspace, 4);
+    const auto dev = workspace.device();
+    if (grad_hy.defined()) check_arg(kLstmBackwardOp, "grad_hy", grad_hy, dev, at::kDouble, {B, H});
+    if (grad_cy.defined()) check_arg(kLstmBackwardOp, "grad_cy", grad_cy, dev, at::kDouble, {B, H});
+    check_arg(kLstmBackwardOp, "cx", cx, dev, at::kDouble, {B, H});
+    check_arg(kLstmBackwardOp, "cy", cy, dev, at::kDouble, {B, H});
+    auto [grad_gates, grad_cx] = lstm_cell_backward_math(grad_hy, grad_cy, cx, cy, workspace);
+    return {grad_gates, grad_cx, has_bias ? at::sum(grad_gates, {0}) : at::Tensor()};
+  }
   check_lead(kLstmBackwardOp, "workspace", workspace);
   const int64_t B = workspace.size(0), H = hidden_of(kLstmBackwardOp, "workspace", workspace, 4);
   const auto dev = workspace.device();
@@ -166,6 +254,14 @@ std::tuple<at::Tensor, at::Tensor> thnn_fused_gru_cell(
     const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& hx,
     const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
   static OpCounter& counter = op_counter(kGruOp);
+  if (is_double_on_neuron(input_gates)) {
+    const int64_t B = input_gates.size(0), H = hidden_of(kGruOp, "input_gates", input_gates, 3);
+    check_arg(kGruOp, "hidden_gates", hidden_gates, input_gates.device(), at::kDouble,
+              input_gates.sizes());
+    check_arg(kGruOp, "hx", hx, input_gates.device(), at::kDouble, {B, H});
+    auto [bi, bh] = checked_biases(kGruOp, input_gates, input_bias, hidden_bias);
+    return gru_cell_math(input_gates, hidden_gates, hx, bi, bh);
+  }
   check_lead(kGruOp, "input_gates", input_gates);
   const int64_t B = input_gates.size(0), H = hidden_of(kGruOp, "input_gates", input_gates, 3);
   const auto dev = input_gates.device();
@@ -197,6 +293,17 @@ std::tuple<at::Tensor, at::Tensor> thnn_fused_gru_cell(
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> thnn_fused_gru_cell_backward(
     const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
   static OpCounter& counter = op_counter(kGruBackwardOp);
+  if (is_double_on_neuron(workspace)) {
+    const int64_t B = workspace.size(0), H = hidden_of(kGruBackwardOp, "workspace", workspace, 5);
+    check_arg(kGruBackwardOp, "grad_hy", grad_hy, workspace.device(), at::kDouble, {B, H});
+    auto [gi, gh, ghx] = gru_cell_backward_math(grad_hy, workspace);
+    at::Tensor gbi, gbh;
+    if (has_bias) {
+      gbi = at::sum(gi, {0});
+      gbh = at::sum(gh, {0});
+    }
+    return {gi, gh, ghx, gbi, gbh};
+  }
   check_lead(kGruBackwardOp, "workspace", workspace);
   const int64_t B = workspace.size(0), H = hidden_of(kGruBackwardOp, "workspace", workspace, 5);
   check_arg(kGruBackwardOp, "grad_hy", grad_hy, workspace.device(), workspace.scalar_type(),
