@@ -44,7 +44,7 @@ void check_arg(const char* op, const char* name, const at::Tensor& t, const at::
 void check_lead(const char* op, const char* name, const at::Tensor& t) {
   TORCH_CHECK(t.defined() && t.is_privateuseone(), op, ": expected ", name,
               " on a neuron device, got ", t.defined() ? t.device().str() : "an undefined tensor");
-  TORCH_CHECK(kernel_dtype(t.scalar_type()), op, ": expected ", name,
+  TORCH_CHECK(kernel_dtype(t.scalar_type()) || t.scalar_type() == at::kDouble, op, ": expected ", name,
               " of dtype float32, bfloat16, float16 or float64, got ", t.scalar_type());
   TORCH_CHECK(t.dim() == 2, op, ": expected a 2-D ", name, " [batch, gates], got shape ",
               t.sizes());
@@ -94,10 +94,6 @@ at::Tensor empty_rows(const at::Tensor& like, int64_t rows, int64_t cols) {
 // float64 cells (rare: the kernel computes in float32) run the cell's math as
 // ATen ops, each queued like any other op; the workspaces hold what the
 // backward needs in the layout CUDA's fused cells use.
-bool is_double_on_neuron(const at::Tensor& t) {
-  return t.defined() && t.is_privateuseone() && t.scalar_type() == at::kDouble && t.dim() == 2;
-}
-
 at::Tensor biased_gates(const at::Tensor& gates, const at::Tensor& bias) {
   return bias.defined() ? gates + bias : gates;
 }
@@ -162,14 +158,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell(
     const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& cx,
     const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
   static OpCounter& counter = op_counter(kLstmOp);
-  if (is_double_on_neuron(input_gates)) {
-    const int64_t B = input_gates.size(0), H = hidden_of(kLstmOp, "input_gates", input_gates, 4);
-    check_arg(kLstmOp, "hidden_gates", hidden_gates, input_gates.device(), at::kDouble,
-              input_gates.sizes());
-    check_arg(kLstmOp, "cx", cx, input_gates.device(), at::kDouble, {B, H});
-    auto [bi, bh] = checked_biases(kLstmOp, input_gates, input_bias, hidden_bias);
-    return lstm_cell_math(input_gates, hidden_gates, cx, bi, bh);
-  }
   check_lead(kLstmOp, "input_gates", input_gates);
   const int64_t B = input_gates.size(0), H = hidden_of(kLstmOp, "input_gates", input_gates, 4);
   const auto dev = input_gates.device();
@@ -177,6 +165,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell(
   check_arg(kLstmOp, "hidden_gates", hidden_gates, dev, dtype, input_gates.sizes());
   check_arg(kLstmOp, "cx", cx, dev, dtype, {B, H});
   auto [bi, bh] = checked_biases(kLstmOp, input_gates, input_bias, hidden_bias);
+  if (dtype == at::kDouble) return lstm_cell_math(input_gates, hidden_gates, cx, bi, bh);
   at::Tensor ig = as_rows(input_gates), hg = as_rows(hidden_gates), c = as_rows(cx);
   at::Tensor hy = empty_rows(ig, B, H), cy = empty_rows(ig, B, H),
              workspace = empty_rows(ig, B, 4 * H);
@@ -206,16 +195,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell_backward_imp
   static OpCounter& counter = op_counter(kLstmBackwardOp);
   at::Tensor grad_hy = opt(grad_hy_opt), grad_cy = opt(grad_cy_opt);
   if (!grad_hy.defined() && !grad_cy.defined()) return {};  // nothing flows back
-  if (is_double_on_neuron(workspace)) {
-    const int64_t B = workspace.size(0), H = hidden_of(kLstmBackwardOp, "workspace", workspace, 4);
-    const auto dev = workspace.device();
-    if (grad_hy.defined()) check_arg(kLstmBackwardOp, "grad_hy", grad_hy, dev, at::kDouble, {B, H});
-    if (grad_cy.defined()) check_arg(kLstmBackwardOp, "grad_cy", grad_cy, dev, at::kDouble, {B, H});
-    check_arg(kLstmBackwardOp, "cx", cx, dev, at::kDouble, {B, H});
-    check_arg(kLstmBackwardOp, "cy", cy, dev, at::kDouble, {B, H});
-    auto [grad_gates, grad_cx] = lstm_cell_backward_math(grad_hy, grad_cy, cx, cy, workspace);
-    return {grad_gates, grad_cx, has_bias ? at::sum(grad_gates, {0}) : at::Tensor()};
-  }
   check_lead(kLstmBackwardOp, "workspace", workspace);
   const int64_t B = workspace.size(0), H = hidden_of(kLstmBackwardOp, "workspace", workspace, 4);
   const auto dev = workspace.device();
@@ -224,6 +203,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell_backward_imp
   if (grad_cy.defined()) check_arg(kLstmBackwardOp, "grad_cy", grad_cy, dev, dtype, {B, H});
   check_arg(kLstmBackwardOp, "cx", cx, dev, dtype, {B, H});
   check_arg(kLstmBackwardOp, "cy", cy, dev, dtype, {B, H});
+  if (dtype == at::kDouble) {
+    auto [grad_gates, grad_cx] = lstm_cell_backward_math(grad_hy, grad_cy, cx, cy, workspace);
+    return {grad_gates, grad_cx, has_bias ? at::sum(grad_gates, {0}) : at::Tensor()};
+  }
   at::Tensor ws = as_rows(workspace), c0 = as_rows(cx), c1 = as_rows(cy);
   if (grad_hy.defined()) grad_hy = as_rows(grad_hy);
   if (grad_cy.defined()) grad_cy = as_rows(grad_cy);
@@ -254,14 +237,6 @@ std::tuple<at::Tensor, at::Tensor> thnn_fused_gru_cell(
     const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& hx,
     const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
   static OpCounter& counter = op_counter(kGruOp);
-  if (is_double_on_neuron(input_gates)) {
-    const int64_t B = input_gates.size(0), H = hidden_of(kGruOp, "input_gates", input_gates, 3);
-    check_arg(kGruOp, "hidden_gates", hidden_gates, input_gates.device(), at::kDouble,
-              input_gates.sizes());
-    check_arg(kGruOp, "hx", hx, input_gates.device(), at::kDouble, {B, H});
-    auto [bi, bh] = checked_biases(kGruOp, input_gates, input_bias, hidden_bias);
-    return gru_cell_math(input_gates, hidden_gates, hx, bi, bh);
-  }
   check_lead(kGruOp, "input_gates", input_gates);
   const int64_t B = input_gates.size(0), H = hidden_of(kGruOp, "input_gates", input_gates, 3);
   const auto dev = input_gates.device();
@@ -269,6 +244,7 @@ std::tuple<at::Tensor, at::Tensor> thnn_fused_gru_cell(
   check_arg(kGruOp, "hidden_gates", hidden_gates, dev, dtype, input_gates.sizes());
   check_arg(kGruOp, "hx", hx, dev, dtype, {B, H});
   auto [bi, bh] = checked_biases(kGruOp, input_gates, input_bias, hidden_bias);
+  if (dtype == at::kDouble) return gru_cell_math(input_gates, hidden_gates, hx, bi, bh);
   at::Tensor ig = as_rows(input_gates), hg = as_rows(hidden_gates), h = as_rows(hx);
   at::Tensor hy = empty_rows(ig, B, H), workspace = empty_rows(ig, B, 5 * H);
   counter.count(ExecPath::kKernel);
@@ -293,21 +269,20 @@ std::tuple<at::Tensor, at::Tensor> thnn_fused_gru_cell(
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> thnn_fused_gru_cell_backward(
     const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
   static OpCounter& counter = op_counter(kGruBackwardOp);
-  if (is_double_on_neuron(workspace)) {
-    const int64_t B = workspace.size(0), H = hidden_of(kGruBackwardOp, "workspace", workspace, 5);
-    check_arg(kGruBackwardOp, "grad_hy", grad_hy, workspace.device(), at::kDouble, {B, H});
-    auto [gi, gh, ghx] = gru_cell_backward_math(grad_hy, workspace);
-    at::Tensor gbi, gbh;
-    if (has_bias) {
-      gbi = at::sum(gi, {0});
-      gbh = at::sum(gh, {0});
-    }
-    return {gi, gh, ghx, gbi, gbh};
-  }
   check_lead(kGruBackwardOp, "workspace", workspace);
   const int64_t B = workspace.size(0), H = hidden_of(kGruBackwardOp, "workspace", workspace, 5);
   check_arg(kGruBackwardOp, "grad_hy", grad_hy, workspace.device(), workspace.scalar_type(),
             {B, H});
+  // Bias gradients are the gate gradients summed over the batch.
+  auto with_bias_grads = [has_bias](at::Tensor gi, at::Tensor gh, at::Tensor ghx) {
+    at::Tensor gbi = has_bias ? at::sum(gi, {0}) : at::Tensor();
+    at::Tensor gbh = has_bias ? at::sum(gh, {0}) : at::Tensor();
+    return std::make_tuple(gi, gh, ghx, gbi, gbh);
+  };
+  if (workspace.scalar_type() == at::kDouble) {
+    auto [gi, gh, ghx] = gru_cell_backward_math(grad_hy, workspace);
+    return with_bias_grads(gi, gh, ghx);
+  }
   at::Tensor ws = as_rows(workspace), go = as_rows(grad_hy);
   at::Tensor gi = empty_rows(ws, B, 3 * H), gh = empty_rows(ws, B, 3 * H),
              ghx = empty_rows(ws, B, H);
@@ -327,12 +302,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> thnn_fuse
              nk::gru_cell_backward(p, device_parallel_for);
            });
   }
-  at::Tensor gbi, gbh;
-  if (has_bias) {
-    gbi = at::sum(gi, {0});
-    gbh = at::sum(gh, {0});
-  }
-  return {gi, gh, ghx, gbi, gbh};
+  return with_bias_grads(gi, gh, ghx);
 }
 
 }  // namespace torchneuron::native
