@@ -1,7 +1,8 @@
 """nn.LSTM, nn.GRU, nn.LSTMCell and nn.GRUCell on neuron against PyTorch on CPU:
 outputs, final states and the gradients of the input, the initial states and
 every parameter. Layers run as whole-layer autograd nodes
-(csrc/aten/native/RecurrentLayers.cpp), cells through PyTorch's fused-cell ops
+(csrc/aten/native/RecurrentLayers.cpp; float32 LSTM layers over full
+sequences through oneDNN's LSTM primitive, as on CPU), cells through PyTorch's fused-cell ops
 (_thnn_fused_lstm_cell, ...; csrc/aten/native/RecurrentCells.cpp), both on the
 cell kernels of kernels/. Float32 must match CPU within float32 tolerances;
 bfloat16 and float16 must be as close to a float64 evaluation as CPU's own
@@ -14,11 +15,17 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 import torchneuron
 
-pytestmark = pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN"),
+    # torch.backends.mkldnn.flags() sets the TF32 flag too and warns about it.
+    pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN"),
+]
 
 D = "neuron"
 LAYER_OP = "torchneuron::recurrent_layer"
 LAYER_BWD = "torchneuron::recurrent_layer_backward"
+ONEDNN_OP = "torchneuron::onednn_lstm_layer"
+ONEDNN_BWD = "torchneuron::onednn_lstm_layer_backward"
 
 
 def kernel_runs(op):
@@ -140,12 +147,22 @@ GRU_CASES = {
 }
 
 
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn_enabled", "onednn_disabled"])
 @pytest.mark.parametrize("case", LSTM_CASES)
-def test_lstm_matches_cpu(case):
+def test_lstm_matches_cpu(case, onednn):
+    """Float32 LSTM layers whose sequences all have every step run CPU's own
+    oneDNN primitive (as CPU does), unless the user disabled oneDNN
+    (torch.backends.mkldnn), packed sequences of several lengths and
+    projections the device's recurrence."""
     kwargs, inputs = LSTM_CASES[case]
     torchneuron.reset_executed_ops()
-    compare(lambda: nn.LSTM(**kwargs), inputs)
-    assert kernel_runs(LAYER_OP) > 0 and kernel_runs(LAYER_BWD) > 0, torchneuron.executed_ops()
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        compare(lambda: nn.LSTM(**kwargs), inputs)
+    if onednn and "packed" not in case and "proj" not in case:
+        ops = (ONEDNN_OP, ONEDNN_BWD)
+    else:
+        ops = (LAYER_OP, LAYER_BWD)
+    assert kernel_runs(ops[0]) > 0 and kernel_runs(ops[1]) > 0, torchneuron.executed_ops()
 
 
 @pytest.mark.parametrize("case", GRU_CASES)

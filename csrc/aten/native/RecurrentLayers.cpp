@@ -15,6 +15,7 @@
 // is left where its last step put it.
 #include "csrc/aten/native/RecurrentLayers.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -38,6 +39,7 @@
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/OpStats.h"
 #include "csrc/aten/native/KernelSupport.h"
+#include "csrc/aten/native/OneDnnLstmLayer.h"
 #include "neuronrt/neuronrt.hpp"
 
 namespace torchneuron::native {
@@ -445,6 +447,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_stack(
   const int64_t H = (cell == Cell::kLstm ? c0 : h0).size(2);
   const bool proj = cell == Cell::kLstm && h0.size(2) != H;
   const int64_t per = 2 + (has_biases ? 2 : 0) + (proj ? 1 : 0);
+  // Where every sequence has every step, CPU's own LSTM kernel (oneDNN) runs
+  // the layers, as it does on CPU.
+  const bool onednn =
+      cell == Cell::kLstm && onednn_lstm_applies(x.scalar_type(), proj) &&
+      std::all_of(steps->batch.begin(), steps->batch.end(),
+                  [&](int64_t b) { return b == h0.size(1); });
   at::Tensor layer_in = x;
   std::vector<at::Tensor> hs, cs;
   for (int64_t l = 0; l < num_layers; ++l) {
@@ -452,8 +460,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_stack(
     for (int64_t d = 0; d < D; ++d) {
       const int64_t idx = l * D + d;
       const at::Tensor* p = &params[idx * per];
-      LayerConfig cfg{cell, d == 1, H, steps};
       using Opt = std::optional<at::Tensor>;
+      if (onednn) {
+        auto [y, hy, cy] = onednn_lstm_layer(
+            layer_in, int64_t(steps->batch.size()), h0.select(0, idx), c0.select(0, idx), p[0],
+            p[1], has_biases ? Opt(p[2]) : Opt(), has_biases ? Opt(p[3]) : Opt(), d == 1, train);
+        outs.push_back(y);
+        hs.push_back(hy);
+        cs.push_back(cy);
+        continue;
+      }
+      LayerConfig cfg{cell, d == 1, H, steps};
       variable_list r = RecurrentLayer::apply(
           layer_in, h0.select(0, idx), cell == Cell::kLstm ? Opt(c0.select(0, idx)) : Opt(),
           p[0], p[1], has_biases ? Opt(p[2]) : Opt(), has_biases ? Opt(p[3]) : Opt(),

@@ -6,6 +6,8 @@
 // AutogradPrivateUse1, in place of PyTorch's per-step composite; arguments the
 // fast path does not take (other dtypes, mixed devices, bad shapes) go to
 // PyTorch's composite, which checks them and reports its usual errors.
+// LSTM layers that CPU would run with oneDNN run oneDNN's primitive here too
+// (OneDnnLstmLayer.h).
 #pragma once
 
 #include <tuple>
