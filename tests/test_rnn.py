@@ -282,9 +282,31 @@ def test_zero_grad_of_unused_outputs_and_input_without_grad():
         torch.testing.assert_close(p.grad.cpu(), w)
 
 
-def test_double_backward_is_refused_clearly():
+def test_one_tensor_as_both_initial_states_and_a_retained_graph_backward_twice():
+    # oneDNN's kernel needs h0 and c0 in separate buffers; its workspace, held
+    # by the node, serves every backward of a retained graph.
+    torch.manual_seed(0)
+    m = nn.LSTM(3, 4, num_layers=2)
+    x = torch.randn(5, 2, 3)
+    s = torch.randn(2, 2, 4)
+    grads = {}
+    for device in ("cpu", D):
+        md = nn.LSTM(3, 4, num_layers=2).to(device)
+        md.load_state_dict(m.state_dict())
+        xd = x.to(device).requires_grad_()
+        sd = s.to(device).requires_grad_()
+        y, _ = md(xd, (sd, sd))
+        first = torch.autograd.grad(y.sum(), [xd, sd], retain_graph=True)
+        second = torch.autograd.grad(y.sum(), [xd, sd])
+        grads[device] = [t.cpu() for t in (y.detach(), *first, *second)]
+    for c, n in zip(grads["cpu"], grads[D]):
+        torch.testing.assert_close(n, c)
+
+
+@pytest.mark.parametrize("kind", [nn.GRU, nn.LSTM])
+def test_double_backward_is_refused_clearly(kind):
     # As for cuDNN's RNNs: the layer's backward is one queued task, not a graph.
-    m = nn.GRU(3, 4).to(D)
+    m = kind(3, 4).to(D)
     x = torch.randn(2, 1, 3, device=D, requires_grad=True)
     with pytest.raises(RuntimeError, match="double backward is not supported"):
         torch.autograd.grad(m(x)[0].sum(), x, create_graph=True)
