@@ -12,6 +12,7 @@
 #include <c10/core/StorageImpl.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include "csrc/aten/DeviceTensors.h"
 #include "csrc/aten/IValueTensors.h"
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/MetaInference.h"
@@ -31,10 +32,6 @@ namespace {
 using c10::IValue;
 using torch::jit::Stack;
 
-bool is_neuron(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
-}
-
 // Finds the op's device and rejects device mixes that cannot work.
 c10::DeviceIndex op_device(const OpPlan& plan, const Stack& args) {
   c10::DeviceIndex device = -1;
@@ -44,7 +41,7 @@ c10::DeviceIndex op_device(const OpPlan& plan, const Stack& args) {
     const bool index_list = v.isList() && !v.isTensorList();
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!t.defined()) return;
-      if (is_neuron(t)) {
+      if (defined_on_neuron(t)) {
         if (device < 0) {
           device = t.device().index();
         } else if (t.device().index() != device && !other) {
@@ -77,18 +74,13 @@ struct CpuAliaser {
   bool snapshot_host_tensors = false;
 
   at::Tensor operator()(const at::Tensor& t) {
-    if (!is_neuron(t)) {
+    if (!defined_on_neuron(t)) {
       return snapshot_host_tensors && t.defined() && t.dim() != 0 ? t.clone() : t;
     }
     auto* key = t.storage().unsafeGetStorageImpl();
     for (const auto& [neuron, alias] : bases) {
       if (neuron != key) continue;
-      auto impl = c10::make_intrusive<c10::TensorImpl>(
-          c10::Storage(alias.storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-      impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-      if (t.is_conj()) impl->_set_conj(true);
-      if (t.is_neg()) impl->_set_neg(true);
-      return at::Tensor(std::move(impl));
+      return tensor_like(alias.storage(), c10::DispatchKey::CPU, t);
     }
     at::Tensor a = cpu_alias(t, resizable);
     bases.emplace_back(key, a);
@@ -128,21 +120,10 @@ void redispatch(const c10::OperatorHandle& op, c10::DispatchKey key, Stack* stac
   op.redispatchBoxed(c10::DispatchKeySet(key), stack);
 }
 
-c10::Storage fresh_storage(c10::DeviceIndex device, size_t nbytes) {
-  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), nbytes, allocate_on(device, nbytes),
-      device_allocator(), /*resizable=*/true));
-}
-
 at::Tensor build_tensor(const TensorLayout& l, const c10::Storage& storage) {
   if (!l.defined) return at::Tensor();
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-      c10::scalarTypeToTypeMeta(l.dtype));
-  impl->set_sizes_and_strides(l.sizes, l.strides, l.offset);
-  if (l.conj) impl->_set_conj(true);
-  if (l.neg) impl->_set_neg(true);
-  return at::Tensor(std::move(impl));
+  return tensor_over(storage, c10::DispatchKey::PrivateUse1, c10::scalarTypeToTypeMeta(l.dtype),
+                     l.sizes, l.strides, l.offset, l.conj, l.neg);
 }
 
 // Copies a host tensor into a fresh neuron tensor with the same layout
@@ -151,11 +132,8 @@ at::Tensor upload_fresh(const at::Tensor& cpu, c10::DeviceIndex device, const st
   native::check_dtype(cpu.scalar_type(), op.c_str());
   at::Tensor src = cpu.is_non_overlapping_and_dense() ? cpu : cpu.contiguous();
   size_t nbytes = at::detail::computeStorageNbytes(src.sizes(), src.strides(), src.itemsize());
-  c10::Storage storage = fresh_storage(device, nbytes);
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), src.dtype());
-  impl->set_sizes_and_strides(src.sizes(), src.strides());
-  at::Tensor out(std::move(impl));
+  at::Tensor out = tensor_over(device_storage(device, nbytes), c10::DispatchKey::PrivateUse1,
+                               src.dtype(), src.sizes(), src.strides());
   if (nbytes) cpu_alias(out).copy_(src);
   return out;
 }
@@ -168,7 +146,7 @@ Stack build_outputs(const OpPlan& plan, const OutputLayout& layout, const Stack&
                     std::vector<bool>& ret_fresh, bool& any_fresh) {
   std::vector<c10::Storage> fresh;
   fresh.reserve(layout.fresh_nbytes.size());
-  for (size_t nbytes : layout.fresh_nbytes) fresh.push_back(fresh_storage(device, nbytes));
+  for (size_t nbytes : layout.fresh_nbytes) fresh.push_back(device_storage(device, nbytes));
   any_fresh = !fresh.empty();
   auto storage_of = [&](int id) -> c10::Storage {
     return id >= 0 ? c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(sig.storages[id]))
@@ -419,7 +397,7 @@ void run_sync(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack, c10::De
       }
     }
     for (size_t nbytes : validate->layout->fresh_nbytes) {
-      planned.push_back(fresh_storage(device, nbytes));
+      planned.push_back(device_storage(device, nbytes));
     }
   }
   sync_current_stream(device);
@@ -430,7 +408,7 @@ void run_sync(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack, c10::De
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (neuron, alias)
   for (size_t i = 0; i < nargs; ++i) {
     const auto& info = op.schema().arguments()[i].alias_info();
-    if (info && info->isWrite() && args[i].isTensor() && is_neuron(args[i].toTensor())) {
+    if (info && info->isWrite() && args[i].isTensor() && defined_on_neuron(args[i].toTensor())) {
       written.emplace_back(args[i].toTensor(), cpu_stack[i].toTensor());
     }
   }
