@@ -9,16 +9,26 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/bootstrap.sh"
 
 JOBS="${TORCHNEURON_BUILD_JOBS:-$(nproc)}"
+# The torch-free libraries, by folder. Each folder defines its library with
+# torch_free_library(<name> ...) (cmake/TorchFreeLibrary.cmake), whose
+# sanitizer option is named after the library: <NAME>_SANITIZE.
+TORCH_FREE_FOLDERS=(runtime kernels)
+sanitize_option() {  # project folder
+  local name
+  name="$(sed -n 's/^torch_free_library(\([A-Za-z0-9_]*\).*/\1/p' "$ROOT/$1/CMakeLists.txt")"
+  [ -n "$name" ] || { echo "$1/CMakeLists.txt defines no torch_free_library()" >&2; exit 1; }
+  echo "${name^^}_SANITIZE"
+}
 run_ctest() {  # project folder (runtime, kernels), build dir suffix, sanitizers
   local dir="$ROOT/build/$1$2" var
-  var="$([ "$1" = runtime ] && echo NEURONRT_SANITIZE || echo NEURONKERNELS_SANITIZE)"
+  var="$(sanitize_option "$1")"
   step "C++ tests of $1/${3:+ ($3)}"
   cmake -S "$ROOT/$1" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -D"$var"="$3" >/dev/null
   cmake --build "$dir" -j "$JOBS"
   ctest --test-dir "$dir" --output-on-failure -j "$JOBS"
 }
-for project in runtime kernels; do
+for project in "${TORCH_FREE_FOLDERS[@]}"; do
   run_ctest "$project" "" ""
   run_ctest "$project" "-asan" "address;undefined"
   run_ctest "$project" "-tsan" "thread"

@@ -6,22 +6,20 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/native/CPUFallback.h>
-#include <ATen/EmptyTensor.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include "csrc/aten/CpuKernelCall.h"
+#include "csrc/aten/DeviceTensors.h"
 #include "csrc/aten/IValueTensors.h"
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/MetaInference.h"
 #include "csrc/aten/OpPlan.h"
 #include "csrc/aten/OpStats.h"
 #include "csrc/aten/native/Factory.h"
-#include "csrc/runtime/NeuronAllocator.h"
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronFunctions.h"
-#include "csrc/runtime/NeuronGenerator.h"
 #include "csrc/runtime/NeuronHooks.h"
 #include "csrc/runtime/NeuronStream.h"
 
@@ -30,10 +28,6 @@ namespace {
 
 using c10::IValue;
 using torch::jit::Stack;
-
-bool is_neuron(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
-}
 
 // Finds the op's device and rejects device mixes that cannot work.
 c10::DeviceIndex op_device(const OpPlan& plan, const Stack& args) {
@@ -44,7 +38,7 @@ c10::DeviceIndex op_device(const OpPlan& plan, const Stack& args) {
     const bool index_list = v.isList() && !v.isTensorList();
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!t.defined()) return;
-      if (is_neuron(t)) {
+      if (defined_on_neuron(t)) {
         if (device < 0) {
           device = t.device().index();
         } else if (t.device().index() != device && !other) {
@@ -65,99 +59,10 @@ c10::DeviceIndex op_device(const OpPlan& plan, const Stack& args) {
   return device;
 }
 
-// Converts arguments for the CPU kernel: neuron tensors become CPU aliases
-// (one alias storage per neuron storage, so aliasing checks see the truth).
-struct CpuAliaser {
-  // Few storages per op: linear search beats hashing. (neuron, alias) pairs.
-  c10::SmallVector<std::pair<c10::StorageImpl*, at::Tensor>, 4> bases;
-  // Synchronous runs let kernels resize written arguments (see run_sync).
-  bool resizable = false;
-  // Queued runs copy host tensors that are not 0-dim (CPU index tensors):
-  // the caller may change them before the work runs.
-  bool snapshot_host_tensors = false;
-
-  at::Tensor operator()(const at::Tensor& t) {
-    if (!is_neuron(t)) {
-      return snapshot_host_tensors && t.defined() && t.dim() != 0 ? t.clone() : t;
-    }
-    auto* key = t.storage().unsafeGetStorageImpl();
-    for (const auto& [neuron, alias] : bases) {
-      if (neuron != key) continue;
-      auto impl = c10::make_intrusive<c10::TensorImpl>(
-          c10::Storage(alias.storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-      impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-      if (t.is_conj()) impl->_set_conj(true);
-      if (t.is_neg()) impl->_set_neg(true);
-      return at::Tensor(std::move(impl));
-    }
-    at::Tensor a = cpu_alias(t, resizable);
-    bases.emplace_back(key, a);
-    return a;
-  }
-
-  // The neuron storage an alias storage stands for, or null.
-  c10::StorageImpl* neuron_storage_of(const c10::StorageImpl* alias_storage) const {
-    for (const auto& [neuron, alias] : bases) {
-      if (alias.storage().unsafeGetStorageImpl() == alias_storage) return neuron;
-    }
-    return nullptr;
-  }
-};
-
-// Arguments as the CPU kernel must see them (generators replaced by the CPU
-// generator of the neuron generator, neuron devices by CPU).
-Stack cpu_args(const OpPlan& plan, const Stack& args, c10::DeviceIndex device, CpuAliaser& al) {
-  Stack out;
-  out.reserve(args.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    const IValue& v = args[i];
-    if (plan.facts.arg_is_generator[i]) {
-      std::optional<at::Generator> g;
-      if (v.isGenerator()) g = v.toGenerator();
-      out.emplace_back(cpu_generator_for(g, device, plan.name.c_str()));
-    } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
-      out.emplace_back(c10::Device(c10::kCPU));
-    } else {
-      out.push_back(map_tensors(v, al));
-    }
-  }
-  return out;
-}
-
-void redispatch(const c10::OperatorHandle& op, c10::DispatchKey key, Stack* stack) {
-  op.redispatchBoxed(c10::DispatchKeySet(key), stack);
-}
-
-c10::Storage fresh_storage(c10::DeviceIndex device, size_t nbytes) {
-  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), nbytes, allocate_on(device, nbytes),
-      device_allocator(), /*resizable=*/true));
-}
-
 at::Tensor build_tensor(const TensorLayout& l, const c10::Storage& storage) {
   if (!l.defined) return at::Tensor();
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-      c10::scalarTypeToTypeMeta(l.dtype));
-  impl->set_sizes_and_strides(l.sizes, l.strides, l.offset);
-  if (l.conj) impl->_set_conj(true);
-  if (l.neg) impl->_set_neg(true);
-  return at::Tensor(std::move(impl));
-}
-
-// Copies a host tensor into a fresh neuron tensor with the same layout
-// (stream already synced).
-at::Tensor upload_fresh(const at::Tensor& cpu, c10::DeviceIndex device, const std::string& op) {
-  native::check_dtype(cpu.scalar_type(), op.c_str());
-  at::Tensor src = cpu.is_non_overlapping_and_dense() ? cpu : cpu.contiguous();
-  size_t nbytes = at::detail::computeStorageNbytes(src.sizes(), src.strides(), src.itemsize());
-  c10::Storage storage = fresh_storage(device, nbytes);
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), src.dtype());
-  impl->set_sizes_and_strides(src.sizes(), src.strides());
-  at::Tensor out(std::move(impl));
-  if (nbytes) cpu_alias(out).copy_(src);
-  return out;
+  return tensor_over(storage, c10::DispatchKey::PrivateUse1, c10::scalarTypeToTypeMeta(l.dtype),
+                     l.sizes, l.strides, l.offset, l.conj, l.neg);
 }
 
 // The op's outputs per its layout: written arguments (resized if the kernel
@@ -168,7 +73,7 @@ Stack build_outputs(const OpPlan& plan, const OutputLayout& layout, const Stack&
                     std::vector<bool>& ret_fresh, bool& any_fresh) {
   std::vector<c10::Storage> fresh;
   fresh.reserve(layout.fresh_nbytes.size());
-  for (size_t nbytes : layout.fresh_nbytes) fresh.push_back(fresh_storage(device, nbytes));
+  for (size_t nbytes : layout.fresh_nbytes) fresh.push_back(device_storage(device, nbytes));
   any_fresh = !fresh.empty();
   auto storage_of = [&](int id) -> c10::Storage {
     return id >= 0 ? c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(sig.storages[id]))
@@ -297,9 +202,8 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
   if (plan.out_op && plan.out_op_ok.load(std::memory_order_relaxed) && any_fresh &&
       std::all_of(ret_fresh.begin(), ret_fresh.end(), [](bool f) { return f; })) {
     // Every return is a fresh buffer: the out= kernel writes them directly.
-    CpuAliaser al;
-    al.snapshot_host_tensors = true;
-    Stack cpu_stack = cpu_args(plan, args, device, al);
+    CpuAliases al({.snapshot_host_tensors = true});
+    Stack cpu_stack = cpu_arguments(args, plan.facts.arg_is_generator, device, plan.name.c_str(), al);
     std::vector<at::Tensor> expected;
     for (const IValue& r : results) {
       expected.push_back(cpu_alias(r.toTensor()));
@@ -312,22 +216,14 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
              const size_t first_out = cpu_stack.size() - expected.size();
              std::vector<at::Tensor> outs;
              for (size_t i = 0; i < expected.size(); ++i) outs.push_back(cpu_stack[first_out + i].toTensor());
-             at::AutoDispatchBelowADInplaceOrView below_autograd;
-             redispatch(op, c10::DispatchKey::CPU, &cpu_stack);
-             // A kernel that used an output as scratch of another shape has
-             // moved it to host memory: copy the result into the device buffer.
-             for (size_t i = 0; i < outs.size(); ++i) {
-               if (outs[i].const_data_ptr() != expected[i].const_data_ptr() ||
-                   outs[i].sizes() != expected[i].sizes() || outs[i].strides() != expected[i].strides()) {
-                 expected[i].copy_(outs[i]);
-                 ok.store(false, std::memory_order_relaxed);  // use the copy path from now on
-               }
+             call_cpu_kernel(op, &cpu_stack);
+             if (!copy_moved_outputs(outs, expected)) {
+               ok.store(false, std::memory_order_relaxed);  // use the copy path from now on
              }
            });
   } else if (plan.has_mutable_arg || any_fresh) {
-    CpuAliaser al;
-    al.snapshot_host_tensors = true;
-    Stack cpu_stack = cpu_args(plan, args, device, al);
+    CpuAliases al({.snapshot_host_tensors = true});
+    Stack cpu_stack = cpu_arguments(args, plan.facts.arg_is_generator, device, plan.name.c_str(), al);
     Stack fresh_aliases(nret);
     for (size_t r = 0; r < nret; ++r) {
       if (ret_fresh[r]) fresh_aliases[r] = map_tensors(results[r], al);
@@ -335,23 +231,8 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
     launch_cpu_kernels(device, plan.name.c_str(), work_elements(plan, args, results),
                        plan.matrix_work,
            [op, cpu_stack = std::move(cpu_stack), fresh_aliases = std::move(fresh_aliases)]() mutable {
-             at::AutoDispatchBelowADInplaceOrView below_autograd;
-             redispatch(op, c10::DispatchKey::CPU, &cpu_stack);
-             for (size_t r = 0; r < fresh_aliases.size(); ++r) {
-               const IValue& want = fresh_aliases[r];
-               if (want.isNone()) continue;
-               const IValue& got = cpu_stack[r];
-               if (want.isTensor()) {
-                 want.toTensor().copy_(got.toTensor());
-               } else if (want.isTensorList()) {
-                 auto w = want.toTensorList();
-                 auto g = got.toTensorList();
-                 for (size_t i = 0; i < w.size(); ++i) {
-                   at::Tensor wi = w.get(i);
-                   if (wi.defined()) wi.copy_(g.get(i));
-                 }
-               }
-             }
+             call_cpu_kernel(op, &cpu_stack);
+             copy_into(fresh_aliases, cpu_stack);
            });
   }
   torch::jit::drop(*stack, nargs);
@@ -419,23 +300,14 @@ void run_sync(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack, c10::De
       }
     }
     for (size_t nbytes : validate->layout->fresh_nbytes) {
-      planned.push_back(fresh_storage(device, nbytes));
+      planned.push_back(device_storage(device, nbytes));
     }
   }
   sync_current_stream(device);
-  CpuAliaser al;
-  al.resizable = true;
-  Stack cpu_stack = cpu_args(plan, args, device, al);
-  // The aliases of written arguments, to see what the kernel did to them.
-  std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (neuron, alias)
-  for (size_t i = 0; i < nargs; ++i) {
-    const auto& info = op.schema().arguments()[i].alias_info();
-    if (info && info->isWrite() && args[i].isTensor() && is_neuron(args[i].toTensor())) {
-      written.emplace_back(args[i].toTensor(), cpu_stack[i].toTensor());
-    }
-  }
+  CpuAliases al({.resizable = true});
+  Stack cpu_stack = cpu_arguments(args, plan.facts.arg_is_generator, device, plan.name.c_str(), al);
+  const WrittenArguments written(op.schema(), args, cpu_stack);
   {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
     // A first run repeats the checks its Meta kernel made (and warned about)
     // on this thread a moment ago: keep the user from seeing them twice.
     std::optional<c10::WarningUtils::WarningHandlerGuard> quiet;
@@ -444,38 +316,23 @@ void run_sync(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack, c10::De
     // shows it on the stream's track like queued work.
     const bool profiling = neuronrt::profiling_enabled();
     const int64_t start_ns = profiling ? neuronrt::profiling_now_ns() : 0;
-    redispatch(op, c10::DispatchKey::CPU, &cpu_stack);
+    call_cpu_kernel(op, &cpu_stack);
     if (profiling) {
       neuronrt::profiling_record_host_work(current_stream_handle(device), plan.name.c_str(),
                                            start_ns);
     }
   }
-  // A kernel that resized a written argument (out= of the wrong shape):
-  // follow it on the device tensor, moving the data if it got new memory.
-  for (auto& [t, alias] : written) {
-    if (alias.storage().data() != t.storage().data()) {
-      size_t nbytes = alias.storage().nbytes();
-      resize_storage_bytes(t.storage().unsafeGetStorageImpl(), nbytes);
-      if (nbytes) std::memcpy(t.storage().mutable_data(), alias.storage().data(), nbytes);
-    }
-    if (alias.sizes() != t.sizes() || alias.strides() != t.strides() ||
-        alias.storage_offset() != t.storage_offset()) {
-      t.unsafeGetTensorImpl()->set_sizes_and_strides(alias.sizes(), alias.strides(),
-                                                     alias.storage_offset());
-    }
-  }
+  written.follow_resizes();
   const bool use_planned = validate && agrees(*validate->layout, cpu_stack);
   auto to_neuron = [&](const at::Tensor& t, const TensorLayout* l) -> at::Tensor {
     if (!t.defined() || t.device().type() != c10::kCPU) return t;
-    if (auto* st = al.neuron_storage_of(t.storage().unsafeGetStorageImpl())) {
-      return neuron_view_like(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(st)), t);
-    }
+    if (at::Tensor view = al.neuron_view_of(t); view.defined()) return view;
     if (use_planned && l && l->storage < 0) {
       at::Tensor out = build_tensor(*l, planned[-l->storage - 1]);
       cpu_alias(out).copy_(t);
       return out;
     }
-    return upload_fresh(t, device, plan.name);
+    return upload_fresh(t, device, plan.name.c_str());
   };
   const size_t nret = plan.facts.ret_written_arg.size();
   Stack results;

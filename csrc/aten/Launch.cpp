@@ -2,8 +2,8 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
-#include <c10/core/TensorImpl.h>
 
+#include "csrc/aten/DeviceTensors.h"
 #include "csrc/runtime/BlockingWait.h"
 #include "csrc/runtime/HostThreads.h"
 #include "csrc/runtime/NeuronException.h"
@@ -26,21 +26,7 @@ at::Tensor cpu_alias(const at::Tensor& t, bool resizable) {
   auto storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), st->nbytes(), std::move(dp),
       resizable ? c10::GetCPUAllocator() : nullptr, resizable);
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      c10::Storage(std::move(storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  if (t.is_conj()) impl->_set_conj(true);
-  if (t.is_neg()) impl->_set_neg(true);
-  return at::Tensor(std::move(impl));
-}
-
-at::Tensor neuron_view_like(const c10::Storage& storage, const at::Tensor& like) {
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.dtype());
-  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
-  if (like.is_conj()) impl->_set_conj(true);
-  if (like.is_neg()) impl->_set_neg(true);
-  return at::Tensor(std::move(impl));
+  return tensor_like(c10::Storage(std::move(storage)), c10::DispatchKey::CPU, t);
 }
 
 void launch(c10::DeviceIndex device, const char* op_name, std::function<void()> fn) {

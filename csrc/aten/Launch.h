@@ -17,10 +17,6 @@ namespace torchneuron {
 // must then copy the result back.
 at::Tensor cpu_alias(const at::Tensor& t, bool resizable = false);
 
-// A neuron tensor viewing `storage` (a neuron storage) with the metadata of
-// `like` (sizes, strides, storage offset, dtype, conj/neg bits).
-at::Tensor neuron_view_like(const c10::Storage& storage, const at::Tensor& like);
-
 // Enqueues `fn` on the current stream of `device`. op_name must outlive the
 // work (a literal or an operator's schema name). A failure inside fn is
 // reported at the next launch or synchronization on that stream.

@@ -4,6 +4,7 @@
 
 #include <c10/core/StorageImpl.h>
 
+#include "csrc/aten/DeviceTensors.h"
 #include "csrc/aten/IValueTensors.h"
 
 namespace torchneuron {
@@ -18,10 +19,6 @@ enum Tag : int64_t {
   kNone = 1, kTensor, kUndefinedTensor, kList, kInt, kDouble, kBool, kString, kDevice,
   kGenerator, kComplex, kIntList, kDoubleList, kBoolList,
 };
-
-bool is_neuron(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
-}
 
 struct Walker {
   ArgSignature& sig;
@@ -44,7 +41,7 @@ struct Walker {
     }
     k.push_back(kTensor);
     k.push_back(static_cast<int64_t>(t.scalar_type()));
-    k.push_back(is_neuron(t) ? storage_id(t.storage().unsafeGetStorageImpl()) : -1);
+    k.push_back(defined_on_neuron(t) ? storage_id(t.storage().unsafeGetStorageImpl()) : -1);
     if (shape_class) {
       // Each size as 0, 1 or "more", plus contiguity and offset presence.
       k.push_back((t.is_contiguous() ? 1 : 0) | (t.storage_offset() != 0 ? 2 : 0) |
@@ -144,9 +141,9 @@ struct MetaArgs {
     // CPU scalars (Python numbers, 0-dim CPU tensors) stay on the CPU: Meta
     // kernels accept them beside meta tensors, as CPU kernels do beside
     // device tensors, and type promotion treats them as scalars.
-    if (!is_neuron(t) && t.dim() == 0) return t;
+    if (!defined_on_neuron(t) && t.dim() == 0) return t;
     c10::Storage st;
-    if (is_neuron(t)) {
+    if (defined_on_neuron(t)) {
       auto* key = t.storage().unsafeGetStorageImpl();
       size_t id = 0;
       while (sig.storages[id] != key) ++id;
@@ -156,14 +153,12 @@ struct MetaArgs {
     } else {
       st = fresh(t.storage().nbytes());
     }
-    auto impl = c10::make_intrusive<c10::TensorImpl>(
-        std::move(st), c10::DispatchKeySet(c10::DispatchKey::Meta), t.dtype());
-    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-    if (t.is_conj()) impl->_set_conj(true);
-    if (t.is_neg()) impl->_set_neg(true);
+    at::Tensor m = tensor_like(std::move(st), c10::DispatchKey::Meta, t);
     // Python scalars: type promotion treats wrapped numbers specially.
-    if (t.unsafeGetTensorImpl()->is_wrapped_number()) impl->set_wrapped_number(true);
-    return at::Tensor(std::move(impl));
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
+      m.unsafeGetTensorImpl()->set_wrapped_number(true);
+    }
+    return m;
   }
 
   static c10::Storage fresh(size_t nbytes) {

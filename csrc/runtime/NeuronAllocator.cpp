@@ -110,6 +110,11 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   return c10::DataPtr(ptr, ptr, &free_block, make_device(device));
 }
 
+std::vector<neuronrt::SegmentInfo> memory_snapshot(c10::DeviceIndex device) {
+  check_device_index(device, "memory_snapshot");
+  return neuronrt::CachingAllocator::get().snapshot(device);
+}
+
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
 }  // namespace torchneuron

@@ -4,8 +4,10 @@
 
 #include <c10/util/Exception.h>
 
+#include "csrc/runtime/BlockingWait.h"
 #include "csrc/runtime/NeuronException.h"
 #include "neuronkernels/isa.hpp"
+#include "neuronrt/neuronrt.hpp"
 
 namespace torchneuron {
 
@@ -53,6 +55,46 @@ c10::DeviceIndex current_device() {
 void set_device(c10::DeviceIndex device) {
   check_device_index(device, "set_device");
   NEURON_CHECK(nrtSetDevice(device));
+}
+
+nrtDeviceProp device_properties(c10::DeviceIndex device) {
+  check_device_index(device, "get_device_properties");
+  nrtDeviceProp p{};
+  NEURON_CHECK(nrtGetDeviceProperties(&p, device));
+  return p;
+}
+
+void synchronize_device(c10::DeviceIndex device) {
+  const c10::DeviceIndex d = device < 0 ? current_device() : device;
+  check_device_index(d, "synchronize");
+  NEURON_TRY {
+    blocking_wait([d] { neuronrt::synchronize_device(d); });
+  }
+  NEURON_CATCH
+}
+
+bool launch_blocking() { return neuronrt::launch_blocking(); }
+
+bool in_bad_fork() {
+  int d = 0;
+  return nrtGetDevice(&d) == nrtErrorForkedChild;
+}
+
+void check_not_forked() {
+  int d = 0;
+  nrtStatus status = nrtGetDevice(&d);
+  if (status == nrtErrorForkedChild) throw_status(status, std::string());
+}
+
+std::string kernel_isa_name() {
+  if (!neuronkernels::isa_error().empty()) return std::string();
+  return neuronkernels::isa_name(neuronkernels::isa());
+}
+
+std::vector<std::string> supported_kernel_isa_names() {
+  std::vector<std::string> out;
+  for (auto level : neuronkernels::supported_isas()) out.emplace_back(neuronkernels::isa_name(level));
+  return out;
 }
 
 }  // namespace torchneuron

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <c10/core/Device.h>
+
+#include "neuronrt/neuronrt.h"
 
 namespace torchneuron {
 
@@ -19,5 +22,26 @@ void check_device_index(c10::DeviceIndex device, const char* op);
 inline c10::Device make_device(c10::DeviceIndex index) {
   return c10::Device(c10::DeviceType::PrivateUse1, index);
 }
+
+// The runtime's properties of core `device` (index checked).
+nrtDeviceProp device_properties(c10::DeviceIndex device);
+// Waits for every stream of `device` (the current device if negative) and
+// raises their first errors; the wait goes through blocking_wait
+// (csrc/runtime/BlockingWait.h).
+void synchronize_device(c10::DeviceIndex device);
+// NEURON_LAUNCH_BLOCKING=1: every launch waits for its work.
+bool launch_blocking();
+
+// This process is a child forked after its parent used the device.
+bool in_bad_fork();
+// Raises the runtime's fork error in such a child (torch.neuron.init(), as
+// torch.cuda.init() does).
+void check_not_forked();
+
+// The instruction-set level the device's kernels run at, "" when
+// TORCHNEURON_ISA names one they cannot use (device_unavailable_reason()
+// says why); the levels this CPU runs, lowest first.
+std::string kernel_isa_name();
+std::vector<std::string> supported_kernel_isa_names();
 
 }  // namespace torchneuron

@@ -4,13 +4,21 @@
 
 #include <chrono>
 
+#include <ATen/Parallel.h>
+
+#include "neuronrt/neuronrt.hpp"
+
 namespace torchneuron {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 thread_local Clock::time_point t_team_used{};  // when this worker's team last ran a kernel
 
+void init_worker(int /*device*/) { at::init_num_threads(); }
+
 }  // namespace
+
+void install_worker_init() { neuronrt::set_worker_init(&init_worker); }
 
 WorkerParallelism::WorkerParallelism(int64_t elements, bool matrix) {
   if (elements >= (matrix ? kMatrixTeamElements : kTeamElements)) {

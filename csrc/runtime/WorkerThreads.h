@@ -51,4 +51,8 @@ class WorkerParallelism {
 bool worker_team_is_warm();
 constexpr int64_t kTeamWarmMicros = 1000;
 
+// Gives every stream worker ATen's intra-op settings before it runs work
+// (workers run ATen CPU kernels). Called once when the extension loads.
+void install_worker_init();
+
 }  // namespace torchneuron

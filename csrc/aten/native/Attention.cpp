@@ -14,6 +14,7 @@
 
 #include <neuronkernels/attention.hpp>
 
+#include "csrc/aten/DeviceTensors.h"
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/OpStats.h"
 #include "csrc/aten/native/KernelSupport.h"
@@ -25,8 +26,6 @@ namespace nk = neuronkernels;
 
 constexpr const char* kForwardOp = "aten::_scaled_dot_product_fused_attention_overrideable";
 constexpr const char* kBackwardOp = "aten::_scaled_dot_product_fused_attention_overrideable_backward";
-
-bool is_neuron(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
 
 bool plain(const at::Tensor& t) {
   return t.layout() == at::kStrided && !t.is_nested() && !t.is_conj() && !t.is_neg();
@@ -42,7 +41,7 @@ std::string unsupported(const at::Tensor& q, const at::Tensor& k, const at::Tens
                     q.sizes(), ", ", k.sizes(), ", ", v.sizes());
   }
   for (const at::Tensor* t : {&q, &k, &v}) {
-    if (!is_neuron(*t) || t->device() != q.device()) {
+    if (!on_neuron(*t) || t->device() != q.device()) {
       return c10::str("expected query, key and value on one neuron device, got ", q.device(), ", ",
                       k.device(), ", ", v.device());
     }

@@ -7,6 +7,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
+#include "csrc/aten/DeviceTensors.h"
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/OpStats.h"
 #include "csrc/runtime/NeuronException.h"
@@ -15,8 +16,6 @@
 
 namespace torchneuron::native {
 namespace {
-
-bool is_neuron(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
 
 // Same dtype, same shape, and both dense with identical strides: one memcpy.
 bool plain_bytes(const at::Tensor& a, const at::Tensor& b) {
@@ -117,9 +116,9 @@ at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_bl
   TORCH_CHECK(!dst.is_conj() && !dst.is_neg(),
               "[neuron] copy_: the destination must not be a conjugate or negative view");
   NEURON_TRY {
-    if (is_neuron(self) && is_neuron(dst)) {
+    if (on_neuron(self) && on_neuron(dst)) {
       device_to_device(self, dst);
-    } else if (is_neuron(dst)) {
+    } else if (on_neuron(dst)) {
       TORCH_CHECK(self.device().is_cpu(), "[neuron] copy_: cannot copy from ", self.device(),
                   " to ", dst.device(), "; copy through the CPU");
       host_to_device(self, dst, non_blocking);

@@ -5,6 +5,7 @@
 #include <c10/core/StorageImpl.h>
 #include <c10/util/strides.h>
 
+#include "csrc/aten/DeviceTensors.h"
 #include "csrc/aten/OpStats.h"
 #include "csrc/runtime/NeuronAllocator.h"
 #include "csrc/runtime/NeuronDtypes.h"
@@ -38,13 +39,8 @@ void check_not_pinned(std::optional<bool> pin_memory, const char* op) {
 at::Tensor empty_dense(c10::DeviceIndex device, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                        caffe2::TypeMeta dtype) {
   const size_t nbytes = static_cast<size_t>(c10::multiply_integers(sizes)) * dtype.itemsize();
-  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), nbytes, allocate_on(device, nbytes),
-      device_allocator(), /*resizable=*/true));
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
-  impl->set_sizes_and_strides(sizes, strides);
-  return at::Tensor(std::move(impl));
+  return tensor_over(device_storage(device, nbytes), c10::DispatchKey::PrivateUse1, dtype, sizes,
+                     strides);
 }
 
 void check_dtype(c10::ScalarType dtype, const char* op) {
@@ -140,11 +136,9 @@ at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
 }
 
 at::Tensor& set_empty(at::Tensor& self) {
-  auto index = self.device().index();
-  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), 0, allocate_on(index, 0), device_allocator(), true));
   std::vector<c10::SymInt> size{c10::SymInt(0)}, stride{c10::SymInt(1)};
-  return set_source_storage_offset(self, std::move(storage), 0, size, stride);
+  return set_source_storage_offset(self, device_storage(self.device().index(), 0), 0, size,
+                                   stride);
 }
 
 }  // namespace torchneuron::native

@@ -1,0 +1,19 @@
+// The bindings of torchneuron._C, one function per topic (one file each).
+// Bindings only convert types and forward: the logic lives in csrc/runtime,
+// csrc/aten and csrc/profiler.
+#pragma once
+
+#include <torch/csrc/utils/pybind.h>
+
+namespace torchneuron::python {
+
+// Devices: count, current device, properties, synchronization, fork state,
+// generators, the kernels' instruction-set levels (DeviceBindings.cpp).
+void bind_device(pybind11::module_& m);
+// Device memory: snapshot, cache (MemoryBindings.cpp).
+void bind_memory(pybind11::module_& m);
+// What ran: per-op counts by execution path, profiler records
+// (StatsBindings.cpp).
+void bind_stats(pybind11::module_& m);
+
+}  // namespace torchneuron::python
