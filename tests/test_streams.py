@@ -315,7 +315,10 @@ def test_error_in_queued_work_on_other_core(two_cores):
 _GIL_WAIT = """
     import faulthandler
     import torch
-    faulthandler.dump_traceback_later(5, exit=True)  # a deadlock ends the process
+    # The first random draw on the device imports Dynamo (torch._refs): seconds
+    # on a busy machine, before the watchdog starts.
+    torch.randn(2, device="neuron").cpu()
+    faulthandler.dump_traceback_later(30, exit=True)  # a deadlock ends the process
     a = torch.randn(256, 256, device="neuron")
     a = a @ a  # the first call of the signature runs synchronously
     for _ in range(20):
