@@ -10,8 +10,8 @@ errors name the model that ran into them.
 
 Adaptations (1-4 wrap the original function and defer to it unchanged unless
 `neuron` is PyTorch's current accelerator, i.e.
-`torch.accelerator.current_accelerator().type == "neuron"`; 5 acts only on
-models placed on a neuron device, 6 only on tensors on a neuron device):
+`torch.accelerator.current_accelerator().type == "neuron"`; 5 and 7 act only
+on models placed on a neuron device, 6 only on tensors on a neuron device):
 
 1. `accelerate.utils.imports.is_neuron_available`
    Accelerate's device detection (`PartialState`, `dispatch_model`, seeding,
@@ -74,6 +74,26 @@ models placed on a neuron device, 6 only on tensors on a neuron device):
    mask, so for keys on neuron the wrapper answers True; elsewhere the
    original decides.
 
+7. `transformers.modeling_utils.PreTrainedModel.get_compiled_call`: no
+   recompilation per decode step with sliding-window caches
+   `generate(..., cache_implementation="static")` compiles the decode step by
+   itself on a neuron model (`CompileConfig(backend="neuron", dynamic=False)`).
+   A sliding-window layer (`StaticSlidingWindowLayer`: Mistral with
+   `sliding_window`, Gemma2, ...) keeps its fill level in a Python int,
+   `cumulative_length_int`, and its `update` and `get_mask_sizes` branch on it;
+   with static shapes Dynamo specializes on the value (guard
+   `layers[i].cumulative_length_int == N`), so every decode step recompiled
+   until Dynamo's limit (8) and then ran eagerly. For a model on neuron, the
+   wrapper returns the compiled call running under
+   `torch.compiler.config.patch(dynamic_sources=".*\.cumulative_length_int")`
+   (PyTorch's documented list of sources to trace as symbolic values, which
+   wins over `dynamic=False`): the fill level becomes a runtime input of the
+   graph, and the branches guard on ranges (`cumulative_length_int <= 7`, i.e.
+   "not full yet") instead of values. The first `generate()` compiles each
+   regime it meets once (filling, full: two graphs), later calls none. Every
+   other int and every shape stays static, and models on other devices get the
+   original call.
+
 Checked and left alone: the allocator warm-up of `from_pretrained`
 (`transformers.modeling_utils.caching_allocator_warmup`) reserves one block of
 the model's size on CUDA/XPU devices and skips device type "neuron" (meant for
@@ -91,8 +111,8 @@ runs the original loader of exactly the defining modules (listed in
 `_TARGETS`) and wraps the functions right after each module executes, before
 anything else can import them by name. The finder only installs itself if
 `accelerate` or `transformers` is findable, and costs one dict lookup per
-import. Adaptation 5 patches the class `PreTrainedModel` in place (its
-`to`, `neuron` and `from_pretrained`), so it has no copies to chase. If a
+import. Adaptations 5 and 7 patch the class `PreTrainedModel` in place (its
+`to`, `neuron`, `from_pretrained` and `get_compiled_call`), so it has no copies to chase. If a
 target module is already imported when torchneuron is (unusual: `import
 torch` autoloads torchneuron first), it is patched at once and the already
 bound copies in other loaded `accelerate` / `transformers` modules are
@@ -390,7 +410,38 @@ def _patch_pretrained_model(module):
         return result
 
     cls.from_pretrained = classmethod(from_pretrained)
+
+    original_get_compiled_call = getattr(cls, "get_compiled_call", None)
+    if original_get_compiled_call is not None:
+
+        @functools.wraps(original_get_compiled_call)
+        def get_compiled_call(self, *args, **kwargs):
+            compiled = original_get_compiled_call(self, *args, **kwargs)
+            if compiled is self.__call__ or not _on_neuron(self):
+                return compiled
+            return _with_runtime_cache_lengths(compiled)
+
+        cls.get_compiled_call = get_compiled_call
     setattr(cls, _PATCHED_ATTR, True)
+
+
+# Sources Dynamo traces as symbolic ints, never as constants (adaptation 7).
+_RUNTIME_CACHE_LENGTHS = r".*\.cumulative_length_int"
+
+
+def _with_runtime_cache_lengths(compiled):
+    """`compiled` (a torch.compile'd call) compiling with the caches' fill levels as runtime values."""
+
+    @functools.wraps(compiled)
+    def call(*args, **kwargs):
+        config = torch.compiler.config
+        sources = config.dynamic_sources
+        if _RUNTIME_CACHE_LENGTHS not in sources.split(","):
+            sources = f"{sources},{_RUNTIME_CACHE_LENGTHS}" if sources else _RUNTIME_CACHE_LENGTHS
+        with config.patch(dynamic_sources=sources):
+            return compiled(*args, **kwargs)
+
+    return call
 
 
 def _wrap_use_gqa_in_sdpa(original):
