@@ -85,9 +85,9 @@ on models placed on a neuron device, 6 only on tensors on a neuron device):
    `layers[i].cumulative_length_int == N`), so every decode step recompiled
    until Dynamo's limit (8) and then ran eagerly. For a model on neuron, the
    wrapper returns the compiled call running under
-   `torch.compiler.config.patch(dynamic_sources=".*\.cumulative_length_int")`
-   (PyTorch's documented list of sources to trace as symbolic values, which
-   wins over `dynamic=False`): the fill level becomes a runtime input of the
+   `torch.compiler.config.patch(dynamic_sources=...)` with a pattern matching
+   every `cumulative_length_int` (PyTorch's documented list of sources to
+   trace as symbolic values, which wins over `dynamic=False`): the fill level becomes a runtime input of the
    graph, and the branches guard on ranges (`cumulative_length_int <= 7`, i.e.
    "not full yet") instead of values. The first `generate()` compiles each
    regime it meets once (filling, full: two graphs), later calls none. Every

@@ -78,9 +78,9 @@ def _aot(gm, example_inputs, opts, record):
 
 
 def _input_name(node):
-    arg = node.meta.get("grapharg")
     try:
-        return arg.source.name()
+        name = node.meta["grapharg"].source.name  # a property in torch 2.13, a method before
+        return name() if callable(name) else name
     except Exception:
         return node.name
 
