@@ -243,6 +243,17 @@ def test_default_backend_on_neuron_tensors_is_neuron():
     assert torch.compiler.get_default_backend().__name__ == "inductor_or_neuron"
 
 
+def test_explicit_inductor_refuses_neuron_clearly():
+    """Inductor named explicitly: a clear error naming backend="neuron" (not Inductor's KeyError), and the
+    process keeps compiling."""
+    model, _ = pair(lambda: torch.nn.Linear(4, 3))
+    x = torch.randn(2, 4, device="neuron")
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match=r'backend="neuron"'):
+        torch.compile(model, backend="inductor")(x)
+    torch._dynamo.reset()
+    assert torch.compile(model, backend="neuron")(x).shape == (2, 3)
+
+
 def test_device_interface():
     from torch._dynamo.device_interface import get_interface_for_device
 

@@ -1,6 +1,6 @@
 """How Dynamo learns about the neuron backend, without torchneuron importing Dynamo.
 
-Three things, each applied right after the Dynamo module it concerns has
+Each thing below is applied right after the Dynamo module it concerns has
 executed (the first `torch.compile` of the process imports them), or at once if
 Dynamo is already loaded:
 
@@ -14,6 +14,9 @@ Dynamo is already loaded:
 2. `torch._dynamo.device_interface`: the `DeviceInterface` of `neuron`
    (device_interface.py), which Dynamo asks while tracing streams, events and
    devices, before any backend is called.
+3. `torch._inductor.codegen.common`: Inductor's registration for `neuron`,
+   which refuses clearly (inductor.py) instead of failing with a KeyError
+   when `backend="inductor"` is named explicitly on neuron tensors.
 
 Dynamo takes ~2 s to import and `import torch` autoloads torchneuron, so this
 waits: a `sys.meta_path` finder runs the original loader of those modules and
@@ -54,9 +57,16 @@ def _device_interface_loaded(module):
     register()
 
 
+def _inductor_codegen_loaded(common):
+    from .inductor import register
+
+    register(common)
+
+
 _HOOKS = {
     "torch._dynamo.backends.registry": _registry_loaded,
     "torch._dynamo.device_interface": _device_interface_loaded,
+    "torch._inductor.codegen.common": _inductor_codegen_loaded,
 }
 _done = set()
 
