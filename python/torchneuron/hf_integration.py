@@ -130,6 +130,8 @@ import warnings
 
 import torch
 
+from ._import_hooks import spec_running_after
+
 __all__ = ["install", "name_architecture_in_errors", "neuron_is_accelerator"]
 
 _PATCHED_ATTR = "__torchneuron_patched__"
@@ -544,26 +546,7 @@ class _PatchOnImport:
             _patch_pending()
         if fullname not in _WATCHED:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        original_exec = loader.exec_module
-
-        def exec_module(module):
-            original_exec(module)
-            # Not yet marked finished here (importlib does that after exec_module returns).
-            _patch_module(module, force=True)
-
-        loader.exec_module = exec_module  # loaders are per-spec instances
-        return spec
+        return spec_running_after(self, fullname, path, target, lambda module: _patch_module(module, force=True))
 
 
 _finder = _PatchOnImport()

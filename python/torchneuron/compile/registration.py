@@ -25,6 +25,8 @@ calls the hook after it. The finder costs one dict lookup per import.
 import sys
 import warnings
 
+from .._import_hooks import spec_running_after
+
 BACKEND_NAME = "neuron"
 ENTRY_POINT = "torchneuron.compile.backend:neuron"
 
@@ -79,25 +81,7 @@ class _AfterImport:
         hook = _HOOKS.get(fullname)
         if hook is None:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        original_exec = loader.exec_module
-
-        def exec_module(module):
-            original_exec(module)
-            _run(hook, module)
-
-        loader.exec_module = exec_module
-        return spec
+        return spec_running_after(self, fullname, path, target, lambda module: _run(hook, module))
 
 
 def _run(hook, module):
