@@ -432,13 +432,32 @@ def test_hf_generate_static_cache_auto_compiles(arch):
     model = AutoModelForCausalLM.from_config(hf_config(arch)).eval().to("neuron")
     kwargs = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, cache_implementation="static")
     prompts = [torch.randint(3, 128, (2, 5), device="neuron") for _ in range(2)]
+    mask = torch.ones(2, 5, dtype=torch.long, device="neuron")
+    mask[1, :2] = 0  # the second row is left-padded
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i, ids in enumerate(prompts):
-            eager = model.generate(ids, disable_compile=True, **kwargs)
-            compiled = model.generate(ids, **kwargs)
+            eager = model.generate(ids, attention_mask=mask, disable_compile=True, **kwargs)
+            compiled = model.generate(ids, attention_mask=mask, **kwargs)
             assert torch.equal(compiled.cpu(), eager.cpu())
             if i == 0:
                 first = len(records())
     assert first == (1 if arch == "llama" else 2), [r["recompile_reason"] for r in records()]
     assert len(records()) == first, [r["recompile_reason"] for r in records()[first:]]
+
+
+def test_hf_architectures_compile_as_frames_of_their_own():
+    """Dynamo counts recompilations per code object, up to 8. Each architecture's compiled
+    forward is a frame of its own (its outermost frame is torchneuron's error-naming
+    wrapper, one code object per class), not a recompilation of another model's frame."""
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    configs = [hf_config("llama"), Qwen3Config(**COMMON)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for config in configs:
+            model = AutoModelForCausalLM.from_config(config).eval().to("neuron")
+            model.generate(torch.randint(3, 128, (1, 4), device="neuron"), max_new_tokens=3, do_sample=False,
+                           cache_implementation="static")
+    frames = [r["compile_id"].split("/") for r in records()]
+    assert frames == [["0", "0"], ["1", "0"]], [r["recompile_reason"] for r in records()]

@@ -58,7 +58,11 @@ on models placed on a neuron device, 6 only on tensors on a neuron device):
    (about 0.1 us; a forward of even a tiny model takes about 1 ms); other
    errors (CPU ones, after `model.to("cpu")`) pass through unchanged; an
    error is prefixed once, by the outermost wrapper. The wrappers keep the
-   method's signature (`__wrapped__`), which `generate()` inspects. Being on
+   method's signature (`__wrapped__`), which `generate()` inspects. Each class
+   gets a code object of its own: the wrapper is the outermost frame of a
+   compiled forward, and torch.compile counts recompilations per code object,
+   so one shared code object made every architecture's compilations count
+   against the same limit (8). Being on
    the class, they add no state to the instance: pickling, `copy.deepcopy`,
    state dicts and `save_pretrained` are untouched, and `del model` still
    frees the device memory at once (an instance attribute referring back to
@@ -126,6 +130,7 @@ import contextlib
 import functools
 import importlib.util
 import sys
+import types
 import warnings
 
 import torch
@@ -297,10 +302,9 @@ def _named_error(exc, model, device=None):
     return named
 
 
-def _naming_errors(method):
-    """`method` (a function of the class) re-raising the backend's errors with the architecture named."""
+def _naming_errors(method, owner=""):
+    """`method` (a function of the class `owner`) re-raising the backend's errors with the architecture named."""
 
-    @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
@@ -310,6 +314,15 @@ def _naming_errors(method):
                 raise
             raise named from exc
 
+    # A code object of its own per class: torch.compile caches compiled frames, and counts
+    # recompilations against its limit (8), per code object. The wrapper is the outermost
+    # frame of a compiled forward, so one shared code object would make every architecture's
+    # graphs recompilations of one frame, and after a few architectures Dynamo would run
+    # them all eagerly.
+    name = f"{owner}_{method.__name__}" if owner else wrapper.__name__
+    code = wrapper.__code__.replace(co_name=name, co_qualname=name)
+    wrapper = types.FunctionType(code, wrapper.__globals__, name, wrapper.__defaults__, wrapper.__closure__)
+    wrapper = functools.wraps(method)(wrapper)
     setattr(wrapper, _WRAPPED_ATTR, True)
     return wrapper
 
@@ -325,7 +338,7 @@ def name_architecture_in_errors(model):
     for name in ("forward", "generate"):
         method = getattr(cls, name, None)
         if method is not None and not getattr(method, _WRAPPED_ATTR, False):
-            setattr(cls, name, _naming_errors(method))
+            setattr(cls, name, _naming_errors(method, cls.__name__))
     setattr(cls, _WRAPPED_ATTR, True)
     return model
 
