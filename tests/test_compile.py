@@ -297,40 +297,54 @@ def declared_entry_point():
     return match.group(1).replace(" ", "")
 
 
-def test_entry_point_works_without_import(run_python, tmp_path):
-    """A fresh process with autoload off (so nothing imports torchneuron) finds the
-    backend through the `torch_dynamo_backends` entry point alone. The metadata is
-    the installed package's if it declares the entry point (`pip install -e .`);
-    an older install's metadata would not, so then a distribution made from
-    setup.py's declaration is put on the path: either way setup.py's line is what
-    runs."""
-    declared = declared_entry_point()
-    name, value = declared.split("=")
-    installed = [ep for ep in importlib.metadata.entry_points(group="torch_dynamo_backends", name=name)]
-    env = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+LIGHT_IMPORT_CHILD = """
+    import sys, torch
+    assert hasattr(torch, "neuron")
+    print(sorted(m for m in ("torch._dynamo", "torch._inductor", "transformers") if m in sys.modules))
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_processes(start_python, tmp_path_factory):
+    """The fresh-process checks below, started when the module starts, so that they run
+    while the other tests do.
+
+    "entry_point": autoload off (so nothing imports torchneuron), the backend found through
+    the `torch_dynamo_backends` entry point alone. The metadata is the installed package's
+    if it declares the entry point (`pip install -e .`); an older install's metadata would
+    not, so then a distribution made from setup.py's declaration is put on the path:
+    either way setup.py's line is what runs.
+    "autoload": torchneuron loaded by `import torch`, the name found with or without the
+    metadata. "light": what `import torch` imports."""
+    name, value = declared_entry_point().split("=")
+    installed = importlib.metadata.entry_points(group="torch_dynamo_backends", name=name)
+    entry_point_env = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     if not any(ep.value == value for ep in installed):
-        dist = tmp_path / "torchneuron_entry_points-0.dist-info"
+        tmp = tmp_path_factory.mktemp("entry_points")
+        dist = tmp / "torchneuron_entry_points-0.dist-info"
         dist.mkdir()
         (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torchneuron-entry-points\nVersion: 0\n")
         (dist / "entry_points.txt").write_text(f"[torch_dynamo_backends]\n{name} = {value}\n")
-        env["PYTHONPATH"] = f"{tmp_path}:{ROOT / 'python'}"
-    else:
-        import os
+        entry_point_env["PYTHONPATH"] = f"{tmp}:{ROOT / 'python'}"
+    autoload = ENTRY_POINT_CHILD.replace('assert "torchneuron" not in sys.modules and not hasattr(torch, "neuron")',
+                                         'assert hasattr(torch, "neuron")')
+    return {"entry_point": start_python(ENTRY_POINT_CHILD, env=entry_point_env),
+            "autoload": start_python(autoload),
+            "light": start_python(LIGHT_IMPORT_CHILD)}
 
-        env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
-    done = run_python(ENTRY_POINT_CHILD, env=env, timeout=120)
-    assert done.stdout.strip().splitlines()[-1] == "1"
+
+def test_entry_point_works_without_import(fresh_processes):
+    assert fresh_processes["entry_point"].wait(120).stdout.strip().splitlines()[-1] == "1"
 
 
-def test_backend_name_registered_without_entry_point_metadata(run_python):
-    """With autoload (torchneuron loaded by `import torch`) the name works even where
-    the installed metadata predates the entry point (a source tree on PYTHONPATH)."""
-    import os
+def test_backend_name_works_under_autoload(fresh_processes):
+    assert fresh_processes["autoload"].wait(120).stdout.strip().splitlines()[-1] == "1"
 
-    done = run_python(ENTRY_POINT_CHILD.replace('assert "torchneuron" not in sys.modules and not '
-                                                'hasattr(torch, "neuron")', 'assert hasattr(torch, "neuron")'),
-                      env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")}, timeout=120)
-    assert done.stdout.strip().splitlines()[-1] == "1"
+
+def test_import_torch_stays_light(fresh_processes):
+    """Neither `import torch` nor torchneuron's autoload may import Dynamo or Inductor (seconds):
+    their hooks wait for the first torch.compile."""
+    assert fresh_processes["light"].wait(120).stdout.strip().splitlines()[-1] == "[]"
 
 
 # ------------------------------------------------------------ errors, options
@@ -444,6 +458,32 @@ def test_hf_generate_static_cache_auto_compiles(arch):
                 first = len(records())
     assert first == (1 if arch == "llama" else 2), [r["recompile_reason"] for r in records()]
     assert len(records()) == first, [r["recompile_reason"] for r in records()[first:]]
+
+
+def test_hf_llama_training_step_equals_eager(tmp_path):
+    """A training step of a tiny Llama: loss and every gradient equal eager neuron. The AOT
+    forward keeps the device's fused attention, embedding, SiLU and the loss whole."""
+    from transformers import AutoModelForCausalLM
+
+    config = hf_config("llama")
+    config.num_hidden_layers = 1
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).to("neuron")
+    twin = copy.deepcopy(model)
+    ids = torch.randint(3, 128, (2, 9), device="neuron")
+    compiled = torch.compile(model, backend="neuron", options={"debug_dir": str(tmp_path)})
+    loss = compiled(input_ids=ids, labels=ids).loss
+    loss.backward()
+    ref = twin(input_ids=ids, labels=ids).loss
+    ref.backward()
+    torch.testing.assert_close(loss.cpu(), ref.cpu(), **TOL)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), **TOL, msg=name)
+    (record,) = records()
+    forward = (tmp_path / f"graph_{record['graph_id']:04d}" / "aot_forward.py").read_text()
+    for kept in ("_scaled_dot_product_fused_attention_overrideable", "aten.embedding", "aten.silu",
+                 "aten.nll_loss_forward"):
+        assert kept in forward, f"{kept} should stay whole in the AOT graph"
 
 
 def test_hf_architectures_compile_as_frames_of_their_own():
