@@ -304,6 +304,19 @@ LIGHT_IMPORT_CHILD = """
 """
 
 
+RUNTIME_ERROR_CHILD = """
+    import torch
+    emb = torch.nn.Embedding(4, 3).to("neuron")
+    f = torch.compile(lambda i: emb(i) * 2, backend="neuron")
+    with torch.no_grad():
+        try:
+            f(torch.tensor([1, 9], device="neuron"))
+        except IndexError as e:
+            print(e.__notes__)
+        print(f(torch.tensor([1, 3], device="neuron")).shape)
+"""
+
+
 @pytest.fixture(scope="module", autouse=True)
 def fresh_processes(start_python, tmp_path_factory):
     """The fresh-process checks below, started when the module starts, so that they run
@@ -315,7 +328,8 @@ def fresh_processes(start_python, tmp_path_factory):
     not, so then a distribution made from setup.py's declaration is put on the path:
     either way setup.py's line is what runs.
     "autoload": torchneuron loaded by `import torch`, the name found with or without the
-    metadata. "light": what `import torch` imports."""
+    metadata. "light": what `import torch` imports. "runtime_error": an op failing inside a
+    compiled graph, with NEURON_LAUNCH_BLOCKING=1 so that it fails at the op."""
     name, value = declared_entry_point().split("=")
     installed = importlib.metadata.entry_points(group="torch_dynamo_backends", name=name)
     entry_point_env = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
@@ -330,7 +344,8 @@ def fresh_processes(start_python, tmp_path_factory):
                                          'assert hasattr(torch, "neuron")')
     return {"entry_point": start_python(ENTRY_POINT_CHILD, env=entry_point_env),
             "autoload": start_python(autoload),
-            "light": start_python(LIGHT_IMPORT_CHILD)}
+            "light": start_python(LIGHT_IMPORT_CHILD),
+            "runtime_error": start_python(RUNTIME_ERROR_CHILD, env={"NEURON_LAUNCH_BLOCKING": "1"})}
 
 
 def test_entry_point_works_without_import(fresh_processes):
@@ -348,6 +363,12 @@ def test_import_torch_stays_light(fresh_processes):
 
 
 # ------------------------------------------------------------ errors, options
+
+
+def test_an_error_inside_a_graph_names_the_graph_and_node(fresh_processes):
+    notes, shape = fresh_processes["runtime_error"].wait(120).stdout.strip().splitlines()[-2:]
+    assert re.search(r"in compiled graph \d+ \(inference\), node embedding \(aten.embedding.default\)", notes), notes
+    assert shape == "torch.Size([2, 3])"  # the process keeps working
 
 
 def test_cpu_tensor_into_a_compiled_neuron_module():

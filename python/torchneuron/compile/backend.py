@@ -56,11 +56,9 @@ def _aot(gm, example_inputs, opts, record):
                     return executor.build(aot_gm, aot_inputs,
                                           executor.GraphInfo(record["graph_id"], kind, opts.mode))
                 except Exception as exc:
-                    node = getattr(exc, "node", None)
-                    where = f" at node {node}" if node is not None else ""
                     raise NeuronCompileError(
-                        f"[neuron] compile: graph {record['graph_id']} ({kind}): the executor failed"
-                        f"{where}: {type(exc).__name__}: {exc}") from exc
+                        f"[neuron] compile: graph {record['graph_id']} ({kind}): the executor failed: "
+                        f"{type(exc).__name__}: {exc}") from exc
 
         return compile_graph
 
@@ -108,9 +106,6 @@ def _check_inputs(gm, example_inputs, record):
 
 
 @functools.cache
-def _warn_fallback_once(message):
-    warnings.warn(f"{message}; running this graph eagerly (fallback='eager')", stacklevel=3)
-
-
 def _warn_fallback(message):
-    _warn_fallback_once(message)
+    """One warning per graph (Dynamo compiles a graph once; the cache covers retries)."""
+    warnings.warn(f"{message}; running this graph eagerly (fallback='eager')", stacklevel=3)

@@ -16,6 +16,7 @@ Next: the graph compiler (`compiler/`) replaces the body of `build`: serialize
 cached on disk) and return a callable that submits the program once per call.
 Nodes it cannot lower run inside the program as extern ATen calls.
 """
+import re
 from dataclasses import dataclass
 
 import torch
@@ -40,7 +41,30 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo):
     forward = gm.forward
 
     def run(args):
-        return forward(args)
+        try:
+            return forward(args)
+        except Exception as exc:
+            exc.add_note(f"[neuron] in compiled graph {info.graph_id} ({info.kind}){_failing_node(gm, exc)}")
+            raise
 
     run._boxed_call = True
     return run
+
+
+def _failing_node(gm, exc) -> str:
+    """', node add_1 (aten.add.Tensor)' for the graph line the error came from ('' if unknown).
+
+    FX names each line's result after its node, so the line of the generated code
+    in the traceback names the node."""
+    code = gm.forward.__code__
+    tb, lineno = exc.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            lineno = tb.tb_lineno
+        tb = tb.tb_next
+    lines = gm.code.splitlines()
+    if lineno is None or not 0 < lineno <= len(lines):
+        return ""
+    match = re.match(r"\s*(\w+)\s*=", lines[lineno - 1])
+    node = next((n for n in gm.graph.nodes if match and n.name == match.group(1)), None)
+    return "" if node is None else f", node {node.name} ({node.target})"
