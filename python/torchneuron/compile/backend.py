@@ -87,15 +87,21 @@ def _is_neuron(value):
     return isinstance(value, torch.Tensor) and value.device.type == "neuron"
 
 
+def uses_neuron(gm, example_inputs) -> bool:
+    """Whether a Dynamo graph has a neuron tensor: an input (parameters are inputs too)
+    or any value computed inside (`.to("neuron")`, factories with device="neuron")."""
+    if any(_is_neuron(v) for v in example_inputs):
+        return True
+    return any(_is_neuron(n.meta.get("example_value", n.meta.get("val"))) for n in gm.graph.nodes)
+
+
 def _check_inputs(gm, example_inputs, record):
     """A graph of the neuron backend must work on neuron tensors. Graphs that mix
     devices legitimately (an explicit `.to("neuron")` inside) pass; a graph with
     no neuron tensor at all is refused, naming its first CPU input."""
+    if uses_neuron(gm, example_inputs):
+        return
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if any(_is_neuron(v) for v in example_inputs):
-        return
-    if any(_is_neuron(n.meta.get("example_value", n.meta.get("val"))) for n in gm.graph.nodes):
-        return
     for node, value in zip(placeholders, example_inputs):
         if isinstance(value, torch.Tensor) and value.dim() > 0:
             raise NeuronCompileError(

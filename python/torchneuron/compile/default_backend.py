@@ -15,23 +15,13 @@ registration.py sets it when Dynamo is first imported.
 import warnings
 
 
-def _uses_neuron(gm, example_inputs) -> bool:
-    import torch
-
-    def neuron(value):
-        return isinstance(value, torch.Tensor) and value.device.type == "neuron"
-
-    if any(neuron(v) for v in example_inputs):
-        return True
-    return any(neuron(n.meta.get("example_value", n.meta.get("val"))) for n in gm.graph.nodes)
-
-
 def inductor_or_neuron(gm, example_inputs, mode=None, options=None):
     """torch.compile's default backend while torchneuron is loaded (see the module doc)."""
     import torch
 
-    if _uses_neuron(gm, example_inputs):
-        from .backend import neuron
+    from .backend import neuron, uses_neuron
+
+    if uses_neuron(gm, example_inputs):
         from .options import OPTION_KEYS
 
         ours = {k: v for k, v in (options or {}).items() if k in OPTION_KEYS}
