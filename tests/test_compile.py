@@ -522,3 +522,31 @@ def test_hf_architectures_compile_as_frames_of_their_own():
                            cache_implementation="static")
     frames = [r["compile_id"].split("/") for r in records()]
     assert frames == [["0", "0"], ["1", "0"]], [r["recompile_reason"] for r in records()]
+
+
+def test_hf_trainer_torch_compile_trains_on_neuron(tmp_path):
+    """TrainingArguments(torch_compile=True) with a neuron model: the Trainer trains on
+    neuron:0 with backend "neuron" (Transformers' device detection is adapted to the
+    device, hf_integration adaptation 8), and its losses equal an eager Trainer's."""
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    config = hf_config("llama")
+    config.num_hidden_layers = 1
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).to("neuron")
+    twin = copy.deepcopy(model)
+    data = [{"input_ids": torch.randint(3, 128, (8,)), "labels": torch.randint(3, 128, (8,))} for _ in range(4)]
+    losses = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for m, compile_ in ((model, True), (twin, False)):
+            args = TrainingArguments(output_dir=str(tmp_path / str(compile_)), torch_compile=compile_,
+                                     per_device_train_batch_size=2, max_steps=2, report_to=[], save_strategy="no",
+                                     logging_steps=1, dataloader_pin_memory=False)
+            if compile_:
+                assert args.device == torch.device("neuron:0") and args.torch_compile_backend == "neuron"
+            trainer = Trainer(model=m, args=args, train_dataset=data)
+            trainer.train()
+            losses.append([e["loss"] for e in trainer.state.log_history if "loss" in e])
+    assert len(records()) == 1
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)

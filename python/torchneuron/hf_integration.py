@@ -8,7 +8,7 @@ adapts the few functions involved so that the model is placed on the neuron
 cores by their capacity, as it would be on GPUs. It also makes the device's
 errors name the model that ran into them.
 
-Adaptations (1-4 wrap the original function and defer to it unchanged unless
+Adaptations (1-4 and 8 wrap the original function and defer to it unchanged unless
 `neuron` is PyTorch's current accelerator, i.e.
 `torch.accelerator.current_accelerator().type == "neuron"`; 5 and 7 act only
 on models placed on a neuron device, 6 only on tensors on a neuron device):
@@ -98,6 +98,18 @@ on models placed on a neuron device, 6 only on tensors on a neuron device):
    other int and every shape stays static, and models on other devices get the
    original call.
 
+8. `transformers.utils.import_utils.is_torch_neuron_available`
+   Transformers' own neuron detection asks for AWS's `torch_neuronx`, as
+   Accelerate's does (1). Without it `TrainingArguments` puts training on the
+   CPU (`args.device` is cpu, so the Trainer feeds CPU batches to a neuron model),
+   `TrainingArguments(torch_compile=True)` picks Inductor instead of the
+   backend "neuron", and bfloat16 training is refused as unsupported. The
+   wrapper also answers True when the `neuron` device of torchneuron is
+   PyTorch's accelerator; then the Trainer trains on `neuron:0`, compiles
+   with `torch.compile(backend="neuron")`, and `is_torch_bf16_gpu_available()`
+   asks `torch.neuron.is_bf16_supported()`. Like the original, the answer is
+   marked a constant for torch.compile (fixed for the process).
+
 Checked and left alone: the allocator warm-up of `from_pretrained`
 (`transformers.modeling_utils.caching_allocator_warmup`) reserves one block of
 the model's size on CUDA/XPU devices and skips device type "neuron" (meant for
@@ -174,6 +186,16 @@ def _neuron_index(key):
         dev = torch.device(key)
         return dev.index if dev.index is not None else torch.neuron.current_device()
     return key
+
+
+def _wrap_is_torch_neuron_available(original):
+    def is_torch_neuron_available(check_device=False):
+        if neuron_is_accelerator():
+            return True
+        return original(check_device)
+
+    is_torch_neuron_available._dynamo_marked_constant = True  # as Transformers marks the original
+    return is_torch_neuron_available
 
 
 def _wrap_get_max_memory(original, module):
@@ -477,6 +499,9 @@ _TARGETS = {
     "transformers.integrations.accelerate": [
         ("check_and_set_device_map", lambda f, m: _wrap_check_and_set_device_map(f)),
         ("_get_device_map", lambda f, m: _wrap_get_device_map(f)),
+    ],
+    "transformers.utils.import_utils": [
+        ("is_torch_neuron_available", lambda f, m: _wrap_is_torch_neuron_available(f)),
     ],
     "transformers.integrations.sdpa_attention": [
         ("use_gqa_in_sdpa", lambda f, m: _wrap_use_gqa_in_sdpa(f)),
