@@ -91,8 +91,9 @@ on models placed on a neuron device, 6 only on tensors on a neuron device):
    wrapper returns the compiled call running under
    `torch.compiler.config.patch(dynamic_sources=...)` with a pattern matching
    every `cumulative_length_int` (PyTorch's documented list of sources to
-   trace as symbolic values, which wins over `dynamic=False`): the fill level becomes a runtime input of the
-   graph, and the branches guard on ranges (`cumulative_length_int <= 7`, i.e.
+   trace as symbolic values, which wins over `dynamic=False`): the fill level
+   becomes a runtime input of the graph, and the branches guard on ranges
+   (`cumulative_length_int <= 7`, i.e.
    "not full yet") instead of values. The first `generate()` compiles each
    regime it meets once (filling, full: two graphs), later calls none. Every
    other int and every shape stays static, and models on other devices get the
@@ -103,7 +104,8 @@ on models placed on a neuron device, 6 only on tensors on a neuron device):
    Accelerate's does (1). Without it `TrainingArguments` puts training on the
    CPU (`args.device` is cpu, so the Trainer feeds CPU batches to a neuron model),
    `TrainingArguments(torch_compile=True)` picks Inductor instead of the
-   backend "neuron", and bfloat16 training is refused as unsupported. The
+   backend "neuron", and `TrainingArguments(bf16=True)` is refused ("Your
+   setup doesn't support bf16/gpu"). The
    wrapper also answers True when the `neuron` device of torchneuron is
    PyTorch's accelerator; then the Trainer trains on `neuron:0`, compiles
    with `torch.compile(backend="neuron")`, and `is_torch_bf16_gpu_available()`
@@ -128,7 +130,8 @@ runs the original loader of exactly the defining modules (listed in
 anything else can import them by name. The finder only installs itself if
 `accelerate` or `transformers` is findable, and costs one dict lookup per
 import. Adaptations 5 and 7 patch the class `PreTrainedModel` in place (its
-`to`, `neuron`, `from_pretrained` and `get_compiled_call`), so it has no copies to chase. If a
+`to`, `neuron`, `from_pretrained` and `get_compiled_call`), so they have no
+copies to chase. If a
 target module is already imported when torchneuron is (unusual: `import
 torch` autoloads torchneuron first), it is patched at once and the already
 bound copies in other loaded `accelerate` / `transformers` modules are
