@@ -56,6 +56,8 @@ setup(
     entry_points={
         # Autoload: `import torch` imports torchneuron (TORCH_DEVICE_BACKEND_AUTOLOAD=0 disables).
         "torch.backends": ["torchneuron = torchneuron._autoload:load"],
+        # torch.compile(backend="neuron"), found by Dynamo without `import torchneuron`.
+        "torch_dynamo_backends": ["neuron = torchneuron.compile.backend:neuron"],
     },
     zip_safe=False,
 )

@@ -45,10 +45,15 @@ if [ "$(cat "$VENV/.requirements" 2>/dev/null)" != "$req_hash" ]; then
 fi
 
 # 3. The native extension (CMake + Ninja + ccache, against the installed torch).
+# Reinstalled also when setup.py changed: the package metadata (entry points such as
+# torch.compile's backend "neuron") is written only by the install.
+setup_hash="$(sha256sum "$ROOT/setup.py" | cut -c1-16)"
 if ! "$PY" -c 'import importlib.metadata as m; m.distribution("torchneuron")' >/dev/null 2>&1 \
-   || [ ! -f "$ROOT/build/ext/build.ninja" ]; then
+   || [ ! -f "$ROOT/build/ext/build.ninja" ] \
+   || [ "$(cat "$VENV/.torchneuron-setup" 2>/dev/null)" != "$setup_hash" ]; then
   step "Building and installing torchneuron (first build takes a few minutes)"
   TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$PY" -m pip install --no-build-isolation --no-deps -e "$ROOT"
+  echo "$setup_hash" > "$VENV/.torchneuron-setup"
 else
   step "Building torchneuron (incremental)"
   TORCH_DEVICE_BACKEND_AUTOLOAD=0 cmake --build "$ROOT/build/ext" --target torchneuron_C

@@ -3,9 +3,10 @@
 Small Llama- and Qwen3-style models are built from a config, saved with
 `save_pretrained` together with a small word-level tokenizer, and loaded back
 on both devices. Greedy tokens must equal CPU's. Static-cache generation passes
-`disable_compile=True`: on a neuron model Transformers would `torch.compile`
-the decoding step with the Dynamo backend "neuron", which does not exist yet
-(`test_static_cache_compiles_by_default` records that).
+`disable_compile=True` to test eager decoding: on a neuron model Transformers
+would `torch.compile` the decoding step with the Dynamo backend "neuron"
+(`test_static_cache_compiles_by_default` checks that path; tests/test_compile.py
+counts its recompilations).
 
 Sampling draws from the device's own generator (one per core, seeded by
 `torch.manual_seed`), so the tests ask what the device promises: the same seed
@@ -150,8 +151,6 @@ def test_greedy(saved, arch, static):
         assert_same_tokens(got, greedy(model, ids, mask))  # the dynamic cache agrees
 
 
-@pytest.mark.xfail(strict=True, reason="no torch.compile backend 'neuron' yet; Transformers compiles "
-                   "static-cache decoding with it on a neuron model unless disable_compile=True")
 def test_static_cache_compiles_by_default(saved):
     model = load(saved["llama"], "neuron")
     ids, mask = prompt()

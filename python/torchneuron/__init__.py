@@ -22,7 +22,11 @@ _register()
 from ._ops import executed_ops, fallback_ops, reset_executed_ops  # noqa: E402
 from ._isa import kernel_isa, supported_kernel_isas  # noqa: E402
 from . import hf_integration as _hf_integration  # noqa: E402,F401  (device_map="auto" & co.)
+from .compile import compile_metrics, reset_compile_metrics  # noqa: E402  (light: no Dynamo import)
+from .compile.registration import install as _install_compile_hooks  # noqa: E402
 
-__all__ = ["executed_ops", "fallback_ops", "kernel_isa", "reset_executed_ops",
-           "supported_kernel_isas"]
+_install_compile_hooks()  # torch.compile(model) on neuron tensors picks backend="neuron"
+
+__all__ = ["compile_metrics", "executed_ops", "fallback_ops", "kernel_isa", "reset_compile_metrics",
+           "reset_executed_ops", "supported_kernel_isas"]
 __version__ = "0.1.0"

@@ -8,10 +8,10 @@ adapts the few functions involved so that the model is placed on the neuron
 cores by their capacity, as it would be on GPUs. It also makes the device's
 errors name the model that ran into them.
 
-Adaptations (1-4 wrap the original function and defer to it unchanged unless
+Adaptations (1-4 and 8 wrap the original function and defer to it unchanged unless
 `neuron` is PyTorch's current accelerator, i.e.
-`torch.accelerator.current_accelerator().type == "neuron"`; 5 acts only on
-models placed on a neuron device, 6 only on tensors on a neuron device):
+`torch.accelerator.current_accelerator().type == "neuron"`; 5 and 7 act only
+on models placed on a neuron device, 6 only on tensors on a neuron device):
 
 1. `accelerate.utils.imports.is_neuron_available`
    Accelerate's device detection (`PartialState`, `dispatch_model`, seeding,
@@ -58,7 +58,11 @@ models placed on a neuron device, 6 only on tensors on a neuron device):
    (about 0.1 us; a forward of even a tiny model takes about 1 ms); other
    errors (CPU ones, after `model.to("cpu")`) pass through unchanged; an
    error is prefixed once, by the outermost wrapper. The wrappers keep the
-   method's signature (`__wrapped__`), which `generate()` inspects. Being on
+   method's signature (`__wrapped__`), which `generate()` inspects. Each class
+   gets a code object of its own: the wrapper is the outermost frame of a
+   compiled forward, and torch.compile counts recompilations per code object,
+   so one shared code object made every architecture's compilations count
+   against the same limit (8). Being on
    the class, they add no state to the instance: pickling, `copy.deepcopy`,
    state dicts and `save_pretrained` are untouched, and `del model` still
    frees the device memory at once (an instance attribute referring back to
@@ -73,6 +77,40 @@ models placed on a neuron device, 6 only on tensors on a neuron device):
    decode step. The neuron attention kernel groups heads itself under any
    mask, so for keys on neuron the wrapper answers True; elsewhere the
    original decides.
+
+7. `transformers.modeling_utils.PreTrainedModel.get_compiled_call`: no
+   recompilation per decode step with sliding-window caches
+   `generate(..., cache_implementation="static")` compiles the decode step by
+   itself on a neuron model (`CompileConfig(backend="neuron", dynamic=False)`).
+   A sliding-window layer (`StaticSlidingWindowLayer`: Mistral with
+   `sliding_window`, Gemma2, ...) keeps its fill level in a Python int,
+   `cumulative_length_int`, and its `update` and `get_mask_sizes` branch on it;
+   with static shapes Dynamo specializes on the value (guard
+   `layers[i].cumulative_length_int == N`), so every decode step recompiled
+   until Dynamo's limit (8) and then ran eagerly. For a model on neuron, the
+   wrapper returns the compiled call running under
+   `torch.compiler.config.patch(dynamic_sources=...)` with a pattern matching
+   every `cumulative_length_int` (PyTorch's documented list of sources to
+   trace as symbolic values, which wins over `dynamic=False`): the fill level
+   becomes a runtime input of the graph, and the branches guard on ranges
+   (`cumulative_length_int <= 7`, i.e.
+   "not full yet") instead of values. The first `generate()` compiles each
+   regime it meets once (filling, full: two graphs), later calls none. Every
+   other int and every shape stays static, and models on other devices get the
+   original call.
+
+8. `transformers.utils.import_utils.is_torch_neuron_available`
+   Transformers' own neuron detection asks for AWS's `torch_neuronx`, as
+   Accelerate's does (1). Without it `TrainingArguments` puts training on the
+   CPU (`args.device` is cpu, so the Trainer feeds CPU batches to a neuron model),
+   `TrainingArguments(torch_compile=True)` picks Inductor instead of the
+   backend "neuron", and `TrainingArguments(bf16=True)` is refused ("Your
+   setup doesn't support bf16/gpu"). The
+   wrapper also answers True when the `neuron` device of torchneuron is
+   PyTorch's accelerator; then the Trainer trains on `neuron:0`, compiles
+   with `torch.compile(backend="neuron")`, and `is_torch_bf16_gpu_available()`
+   asks `torch.neuron.is_bf16_supported()`. Like the original, the answer is
+   marked a constant for torch.compile (fixed for the process).
 
 Checked and left alone: the allocator warm-up of `from_pretrained`
 (`transformers.modeling_utils.caching_allocator_warmup`) reserves one block of
@@ -91,8 +129,9 @@ runs the original loader of exactly the defining modules (listed in
 `_TARGETS`) and wraps the functions right after each module executes, before
 anything else can import them by name. The finder only installs itself if
 `accelerate` or `transformers` is findable, and costs one dict lookup per
-import. Adaptation 5 patches the class `PreTrainedModel` in place (its
-`to`, `neuron` and `from_pretrained`), so it has no copies to chase. If a
+import. Adaptations 5 and 7 patch the class `PreTrainedModel` in place (its
+`to`, `neuron`, `from_pretrained` and `get_compiled_call`), so they have no
+copies to chase. If a
 target module is already imported when torchneuron is (unusual: `import
 torch` autoloads torchneuron first), it is patched at once and the already
 bound copies in other loaded `accelerate` / `transformers` modules are
@@ -106,9 +145,12 @@ import contextlib
 import functools
 import importlib.util
 import sys
+import types
 import warnings
 
 import torch
+
+from ._import_hooks import spec_running_after
 
 __all__ = ["install", "name_architecture_in_errors", "neuron_is_accelerator"]
 
@@ -147,6 +189,16 @@ def _neuron_index(key):
         dev = torch.device(key)
         return dev.index if dev.index is not None else torch.neuron.current_device()
     return key
+
+
+def _wrap_is_torch_neuron_available(original):
+    def is_torch_neuron_available(check_device=False):
+        if neuron_is_accelerator():
+            return True
+        return original(check_device)
+
+    is_torch_neuron_available._dynamo_marked_constant = True  # as Transformers marks the original
+    return is_torch_neuron_available
 
 
 def _wrap_get_max_memory(original, module):
@@ -275,10 +327,9 @@ def _named_error(exc, model, device=None):
     return named
 
 
-def _naming_errors(method):
-    """`method` (a function of the class) re-raising the backend's errors with the architecture named."""
+def _naming_errors(method, owner=""):
+    """`method` (a function of the class `owner`) re-raising the backend's errors with the architecture named."""
 
-    @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
@@ -288,6 +339,15 @@ def _naming_errors(method):
                 raise
             raise named from exc
 
+    # A code object of its own per class: torch.compile caches compiled frames, and counts
+    # recompilations against its limit (8), per code object. The wrapper is the outermost
+    # frame of a compiled forward, so one shared code object would make every architecture's
+    # graphs recompilations of one frame, and after a few architectures Dynamo would run
+    # them all eagerly.
+    name = f"{owner}_{method.__name__}" if owner else wrapper.__name__
+    code = wrapper.__code__.replace(co_name=name, co_qualname=name)
+    wrapper = types.FunctionType(code, wrapper.__globals__, name, wrapper.__defaults__, wrapper.__closure__)
+    wrapper = functools.wraps(method)(wrapper)
     setattr(wrapper, _WRAPPED_ATTR, True)
     return wrapper
 
@@ -303,7 +363,7 @@ def name_architecture_in_errors(model):
     for name in ("forward", "generate"):
         method = getattr(cls, name, None)
         if method is not None and not getattr(method, _WRAPPED_ATTR, False):
-            setattr(cls, name, _naming_errors(method))
+            setattr(cls, name, _naming_errors(method, cls.__name__))
     setattr(cls, _WRAPPED_ATTR, True)
     return model
 
@@ -390,7 +450,38 @@ def _patch_pretrained_model(module):
         return result
 
     cls.from_pretrained = classmethod(from_pretrained)
+
+    original_get_compiled_call = getattr(cls, "get_compiled_call", None)
+    if original_get_compiled_call is not None:
+
+        @functools.wraps(original_get_compiled_call)
+        def get_compiled_call(self, *args, **kwargs):
+            compiled = original_get_compiled_call(self, *args, **kwargs)
+            if compiled is self.__call__ or not _on_neuron(self):
+                return compiled
+            return _with_runtime_cache_lengths(compiled)
+
+        cls.get_compiled_call = get_compiled_call
     setattr(cls, _PATCHED_ATTR, True)
+
+
+# Sources Dynamo traces as symbolic ints, never as constants (adaptation 7).
+_RUNTIME_CACHE_LENGTHS = r".*\.cumulative_length_int"
+
+
+def _with_runtime_cache_lengths(compiled):
+    """`compiled` (a torch.compile'd call) compiling with the caches' fill levels as runtime values."""
+
+    @functools.wraps(compiled)
+    def call(*args, **kwargs):
+        config = torch.compiler.config
+        sources = config.dynamic_sources
+        if _RUNTIME_CACHE_LENGTHS not in sources.split(","):
+            sources = f"{sources},{_RUNTIME_CACHE_LENGTHS}" if sources else _RUNTIME_CACHE_LENGTHS
+        with config.patch(dynamic_sources=sources):
+            return compiled(*args, **kwargs)
+
+    return call
 
 
 def _wrap_use_gqa_in_sdpa(original):
@@ -411,6 +502,9 @@ _TARGETS = {
     "transformers.integrations.accelerate": [
         ("check_and_set_device_map", lambda f, m: _wrap_check_and_set_device_map(f)),
         ("_get_device_map", lambda f, m: _wrap_get_device_map(f)),
+    ],
+    "transformers.utils.import_utils": [
+        ("is_torch_neuron_available", lambda f, m: _wrap_is_torch_neuron_available(f)),
     ],
     "transformers.integrations.sdpa_attention": [
         ("use_gqa_in_sdpa", lambda f, m: _wrap_use_gqa_in_sdpa(f)),
@@ -493,26 +587,7 @@ class _PatchOnImport:
             _patch_pending()
         if fullname not in _WATCHED:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        original_exec = loader.exec_module
-
-        def exec_module(module):
-            original_exec(module)
-            # Not yet marked finished here (importlib does that after exec_module returns).
-            _patch_module(module, force=True)
-
-        loader.exec_module = exec_module  # loaders are per-spec instances
-        return spec
+        return spec_running_after(self, fullname, path, target, lambda module: _patch_module(module, force=True))
 
 
 _finder = _PatchOnImport()

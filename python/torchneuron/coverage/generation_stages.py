@@ -10,10 +10,9 @@ PROMPTS = ("t10 t20 t30 t40 t50 t60", "t70 t80 t90")
 
 
 def generate_kwargs(model, static):
-    # disable_compile: with a static cache on a `neuron` device Transformers (5.x)
-    # torch.compiles the decoding step with the Dynamo backend "neuron"
-    # (`PreTrainedModel._default_compile_config`), which does not exist yet, so
-    # static-cache generation would fail with torch's InvalidBackend error.
+    # disable_compile: these stages measure eager decoding; with a static cache on a
+    # `neuron` device Transformers (5.x) would torch.compile the decoding step with
+    # the Dynamo backend "neuron" (`PreTrainedModel._default_compile_config`).
     kwargs = dict(
         max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, num_beams=1,
         disable_compile=True,

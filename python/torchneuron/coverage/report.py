@@ -90,10 +90,9 @@ def write_markdown(records, meta, out_dir):
         "run fails is not applicable. Fallback ops ran through the copy-to-CPU path during forward and "
         "generation; sync ops ran on the synchronous path during a second, warm generation.",
         "",
-        "Generation passes `disable_compile=True`. On a `neuron` model Transformers would `torch.compile` "
-        "static-cache decoding with the Dynamo backend `\"neuron\"`, which does not exist yet, and "
-        "`generate(cache_implementation=\"static\")` without it fails with torch's `InvalidBackend` error; "
-        "users pass `disable_compile=True` too until the backend exists.",
+        "Generation passes `disable_compile=True`: the generation stages measure eager decoding. On a "
+        "`neuron` model Transformers would otherwise `torch.compile` static-cache decoding with the Dynamo "
+        "backend `\"neuron\"` (docs/compile.md); that path is not a stage of this report yet.",
         "",
         "| stage | pass | fail | n/a | not run |",
         "| --- | --- | --- | --- | --- |",

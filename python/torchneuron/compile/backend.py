@@ -1,0 +1,117 @@
+"""The Dynamo backend `neuron`: `torch.compile(model, backend="neuron")`.
+
+Dynamo graph -> checks -> AOTAutograd (decompositions.py; functionalized;
+forward and backward) -> executor.build (the seam where the graph compiler
+plugs in) -> the callable Dynamo runs. Every step is recorded in
+compile_metrics() (metrics.py) and, with a debug directory, dumped (debug.py).
+"""
+import functools
+import warnings
+
+import torch
+
+from . import debug, device_interface, executor, metrics
+from .decompositions import decomposition_table
+from .options import resolve
+
+
+class NeuronCompileError(RuntimeError):
+    """A graph the neuron backend could not compile (with fallback='raise')."""
+
+
+def neuron(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
+    """The backend function Dynamo calls with each captured graph."""
+    opts = resolve(mode, options)
+    device_interface.register()
+    record = metrics.new_record(gm, opts.mode, executor.NAME)
+    debug.dump(opts.debug_dir, record, "dynamo", gm)
+    try:
+        with metrics.phase(record, "checks"):
+            _check_inputs(gm, example_inputs, record)
+        with metrics.phase(record, "aot"):
+            compiled = _aot(gm, example_inputs, opts, record)
+        metrics.exclude_nested(record, "aot", ("executor_forward", "executor_inference"))
+        return compiled
+    except Exception as exc:
+        message = exc.args[0] if isinstance(exc, NeuronCompileError) and exc.args else (
+            f"[neuron] compile: graph {record['graph_id']} (Dynamo compile id {record['compile_id']}): "
+            f"{type(exc).__name__}: {exc}")
+        if opts.fallback != "eager":
+            raise NeuronCompileError(message) from exc
+        record["fallback"] = message
+        _warn_fallback(message)
+        return gm.forward  # the Dynamo graph, run eagerly op by op
+
+
+def _aot(gm, example_inputs, opts, record):
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    def compiler(kind):
+        def compile_graph(aot_gm, aot_inputs):
+            record["nodes"][kind] = metrics.count_nodes(aot_gm)
+            debug.dump(opts.debug_dir, record, f"aot_{kind}", aot_gm)
+            with metrics.phase(record, f"executor_{kind}"):
+                try:
+                    return executor.build(aot_gm, aot_inputs,
+                                          executor.GraphInfo(record["graph_id"], kind, opts.mode))
+                except Exception as exc:
+                    raise NeuronCompileError(
+                        f"[neuron] compile: graph {record['graph_id']} ({kind}): the executor failed: "
+                        f"{type(exc).__name__}: {exc}") from exc
+
+        return compile_graph
+
+    return aot_module_simplified(
+        gm, example_inputs,
+        fw_compiler=compiler("forward"),
+        bw_compiler=compiler("backward"),
+        inference_compiler=compiler("inference"),
+        partition_fn=min_cut_rematerialization_partition,
+        decompositions=decomposition_table(),
+        # KV caches, BatchNorm statistics, optimizer state: mutations of the inputs stay
+        # in-place updates of the caller's tensors (copy_ at the graph's end).
+        keep_inference_input_mutations=True,
+    )
+
+
+def _input_name(node):
+    try:
+        name = node.meta["grapharg"].source.name  # a property in torch 2.13, a method before
+        return name() if callable(name) else name
+    except Exception:
+        return node.name
+
+
+def _is_neuron(value):
+    return isinstance(value, torch.Tensor) and value.device.type == "neuron"
+
+
+def uses_neuron(gm, example_inputs) -> bool:
+    """Whether a Dynamo graph has a neuron tensor: an input (parameters are inputs too)
+    or any value computed inside (`.to("neuron")`, factories with device="neuron")."""
+    if any(_is_neuron(v) for v in example_inputs):
+        return True
+    return any(_is_neuron(n.meta.get("example_value", n.meta.get("val"))) for n in gm.graph.nodes)
+
+
+def _check_inputs(gm, example_inputs, record):
+    """A graph of the neuron backend must work on neuron tensors. Graphs that mix
+    devices legitimately (an explicit `.to("neuron")` inside) pass; a graph with
+    no neuron tensor at all is refused, naming its first CPU input."""
+    if uses_neuron(gm, example_inputs):
+        return
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, value in zip(placeholders, example_inputs):
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            raise NeuronCompileError(
+                f"[neuron] compile: graph {record['graph_id']}: input {_input_name(node)} is a {value.device} "
+                f"tensor {tuple(value.shape)} {value.dtype} and the graph has no neuron tensor; "
+                "backend='neuron' compiles graphs of neuron tensors: move the model and its inputs with "
+                ".to('neuron') (or compile this function with a CPU backend)")
+
+
+@functools.cache
+def _warn_fallback(message):
+    """One warning per graph (Dynamo compiles a graph once; the cache covers retries)."""
+    warnings.warn(f"{message}; running this graph eagerly (fallback='eager')", stacklevel=3)

@@ -1,0 +1,58 @@
+"""The decomposition table of the neuron backend.
+
+AOTAutograd lowers each graph to ATen ops; a decomposition table says which
+ops it breaks into smaller ones. We start from PyTorch's core-ATen table (the
+op set every backend is expected to take) and keep whole the ops the graph
+compiler fuses into one device kernel, or runs as one library call: breaking
+them up would only make the compiler pattern-match them back together.
+
+Kept whole (removed from the core-ATen table), and why:
+
+| ops | the kernel they become |
+| --- | --- |
+| `softmax`, `log_softmax`, `_safe_softmax` and their backwards | the softmax kernel (one pass over a row) |
+| `native_layer_norm_backward`, `rms_norm`, `_fused_rms_norm` (+ backward) | the norm kernels |
+| `scaled_dot_product_attention` | the device's attention (it picks the overrideable fused op) |
+| `embedding_dense_backward` | the embedding kernel's scatter-add |
+| `silu`, `gelu_` and their backwards, `tanh_backward`, `sigmoid_backward` | activation epilogues of the GEMM (SwiGLU/GeGLU) |
+| `nll_loss_forward`/`_backward` | the fused cross-entropy kernel |
+
+Never in the table, so kept anyway: `addmm`, `mm`, `bmm` (the GEMM and the
+skinny matmul), `native_layer_norm`, `embedding`, `_softmax`,
+`_log_softmax`, `native_dropout` (one RNG draw from the device generator).
+
+Everything else follows the core-ATen table: composite ops (`linear`,
+`layer_norm`, ...) arrive as their ATen pieces, in-place ops as functional
+ones (AOTAutograd functionalizes), and the rest as core ATen ops.
+"""
+import functools
+
+import torch
+
+aten = torch.ops.aten
+
+# Packets (every overload) kept whole; see the table above.
+KEPT_WHOLE = (
+    aten.softmax, aten.log_softmax, aten._safe_softmax,
+    aten._softmax_backward_data, aten._log_softmax_backward_data,
+    aten.native_layer_norm_backward, aten.rms_norm, aten._fused_rms_norm, aten._fused_rms_norm_backward,
+    aten.scaled_dot_product_attention,
+    aten.embedding_dense_backward,
+    aten.silu, aten.silu_, aten.silu_backward, aten.gelu_, aten.gelu_backward,
+    aten.tanh_backward, aten.sigmoid_backward,
+    aten.nll_loss_forward, aten.nll_loss_backward,
+)
+
+
+@functools.cache
+def _table():
+    from torch._decomp import core_aten_decompositions
+
+    kept = {packet for packet in KEPT_WHOLE}
+    return {op: fn for op, fn in core_aten_decompositions().items()
+            if getattr(op, "overloadpacket", None) not in kept}
+
+
+def decomposition_table() -> dict:
+    """A copy of the table (op overload -> decomposition)."""
+    return dict(_table())

@@ -1,0 +1,120 @@
+"""`torchneuron.compile_metrics()`: one record per compilation of the neuron backend.
+
+A record is a plain dict (docs/compile.md lists the keys). It is created when
+Dynamo hands a graph to the backend and completed as AOTAutograd's forward
+and (at the first backward call) backward graphs are built.
+"""
+import copy
+import threading
+import time
+
+_lock = threading.Lock()
+_records: list[dict] = []
+_next_graph_id = 0
+
+NODE_CATEGORIES = ("native_kernels", "fused_groups", "extern")
+
+
+def new_record(gm, mode: str, executor: str) -> dict:
+    global _next_graph_id
+    with _lock:
+        graph_id = _next_graph_id
+        _next_graph_id += 1
+        record = {
+            "graph_id": graph_id,
+            "compile_id": _compile_id(),
+            "mode": mode,
+            "executor": executor,
+            "dynamo_nodes": sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")),
+            "nodes": {},
+            "times_ms": {"dynamo": _dynamo_ms()},
+            # No program cache yet (it comes with the graph compiler): every compilation is a miss.
+            "cache": "miss",
+            "recompile_reason": _recompile_reason(),
+            "fallback": None,
+        }
+        _records.append(record)
+    return record
+
+
+def count_nodes(gm) -> dict:
+    """Node counts of an AOT graph by how they run. Today every op runs as an
+    extern ATen call (the device's eager kernel); the graph compiler will move
+    nodes into the other two categories."""
+    extern = sum(1 for n in gm.graph.nodes
+                 if n.op == "call_function" and hasattr(n.target, "overloadpacket"))
+    return {"native_kernels": 0, "fused_groups": 0, "extern": extern}
+
+
+class phase:
+    """Times a phase into record["times_ms"][name]."""
+
+    def __init__(self, record: dict, name: str):
+        self.record, self.name = record, name
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        elapsed = (time.perf_counter() - self.start) * 1e3
+        with _lock:
+            times = self.record["times_ms"]
+            times[self.name] = times.get(self.name, 0.0) + elapsed
+        return False
+
+
+def exclude_nested(record: dict, name: str, inner) -> None:
+    """Makes phase `name` exclusive of the phases that ran inside it."""
+    with _lock:
+        times = record["times_ms"]
+        times[name] -= sum(times.get(i, 0.0) for i in inner)
+
+
+def compile_metrics() -> list[dict]:
+    """A copy of every record of this process, oldest first."""
+    with _lock:
+        return copy.deepcopy(_records)
+
+
+def reset_compile_metrics() -> None:
+    """Forgets the records (graph ids keep counting up)."""
+    with _lock:
+        _records.clear()
+
+
+def _compile_id():
+    try:
+        from torch._guards import CompileContext
+
+        compile_id = CompileContext.current_compile_id()
+        return None if compile_id is None else str(compile_id)
+    except Exception:
+        return None
+
+
+def _metrics_context():
+    from torch._dynamo.utils import get_metrics_context
+
+    context = get_metrics_context()
+    return context if context.in_progress() else None
+
+
+def _dynamo_ms():
+    """Time from the start of Dynamo's frame compilation to the backend call."""
+    try:
+        context = _metrics_context()
+        start = getattr(context, "_start_time_ns", None) if context is not None else None
+        return None if start is None else (time.time_ns() - start) / 1e6
+    except Exception:
+        return None
+
+
+def _recompile_reason():
+    """The guard that failed, if Dynamo compiles this frame again (its metrics context
+    carries the first failure reason, as TORCH_LOGS=recompiles prints it)."""
+    try:
+        context = _metrics_context()
+        return None if context is None else context._metrics.get("recompile_reason")
+    except Exception:
+        return None

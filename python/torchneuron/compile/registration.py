@@ -1,0 +1,107 @@
+"""How Dynamo learns about the neuron backend, without torchneuron importing Dynamo.
+
+Each thing below is applied right after the Dynamo module it concerns has
+executed (the first `torch.compile` of the process imports them), or at once if
+Dynamo is already loaded:
+
+1. `torch._dynamo.backends.registry`: the default backend becomes
+   `default_backend.inductor_or_neuron` (unless someone set another), and the
+   name "neuron" is registered if no installed package metadata declares the
+   `torch_dynamo_backends` entry point (a source tree on PYTHONPATH, an
+   editable install made before the entry point existed). With the metadata
+   (`pip install -e .`), Dynamo loads the entry point itself, also when
+   torchneuron is not autoloaded (`TORCH_DEVICE_BACKEND_AUTOLOAD=0`).
+2. `torch._dynamo.device_interface`: the `DeviceInterface` of `neuron`
+   (device_interface.py), which Dynamo asks while tracing streams, events and
+   devices, before any backend is called.
+3. `torch._inductor.codegen.common`: Inductor's registration for `neuron`,
+   which refuses clearly (inductor.py) instead of failing with a KeyError
+   when `backend="inductor"` is named explicitly on neuron tensors.
+
+Dynamo takes ~2 s to import and `import torch` autoloads torchneuron, so this
+waits: a `sys.meta_path` finder runs the original loader of those modules and
+calls the hook after it. The finder costs one dict lookup per import.
+"""
+import sys
+import warnings
+
+from .._import_hooks import spec_running_after
+
+BACKEND_NAME = "neuron"
+ENTRY_POINT = "torchneuron.compile.backend:neuron"
+
+
+def _entry_point_installed() -> bool:
+    from importlib.metadata import entry_points
+
+    return any(ep.value == ENTRY_POINT for ep in entry_points(group="torch_dynamo_backends", name=BACKEND_NAME))
+
+
+def neuron(gm, example_inputs, **kwargs):
+    """backend="neuron" without the entry point's metadata (see the module doc)."""
+    from .backend import neuron as backend
+
+    return backend(gm, example_inputs, **kwargs)
+
+
+def _registry_loaded(registry):
+    from .default_backend import inductor_or_neuron
+
+    if registry.get_default_backend() == "inductor":
+        registry.set_default_backend(inductor_or_neuron)
+    if not _entry_point_installed():
+        registry.register_backend(compiler_fn=neuron, name=BACKEND_NAME)
+
+
+def _device_interface_loaded(module):
+    from .device_interface import register
+
+    register()
+
+
+def _inductor_codegen_loaded(common):
+    from .inductor import register
+
+    register(common)
+
+
+_HOOKS = {
+    "torch._dynamo.backends.registry": _registry_loaded,
+    "torch._dynamo.device_interface": _device_interface_loaded,
+    "torch._inductor.codegen.common": _inductor_codegen_loaded,
+}
+_done = set()
+
+
+class _AfterImport:
+    """meta_path finder: lets the normal finders locate the hooked modules and
+    runs the hook right after each one executes."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        hook = _HOOKS.get(fullname)
+        if hook is None:
+            return None
+        return spec_running_after(self, fullname, path, target, lambda module: _run(hook, module))
+
+
+def _run(hook, module):
+    if module.__name__ in _done:
+        return
+    _done.add(module.__name__)
+    try:
+        hook(module)
+    except Exception as exc:  # never break torch's own import
+        warnings.warn(f"torchneuron: could not set up torch.compile for neuron ({module.__name__}): {exc}")
+
+
+_finder = _AfterImport()
+
+
+def install():
+    """Sets the default backend and the device interface now if Dynamo is loaded, else at its import."""
+    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _finder)
+    for name, hook in _HOOKS.items():
+        module = sys.modules.get(name)
+        if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False):
+            _run(hook, module)

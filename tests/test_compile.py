@@ -1,0 +1,552 @@
+"""torch.compile on neuron: the Dynamo backend "neuron" (python/torchneuron/compile/).
+
+In the style of PyTorch's own backend tests: each compiled result is compared
+with a reference run eagerly (PyTorch on CPU, or neuron eager where the device
+is the point: RNG, in-place state), and recompilations are counted
+(compile_metrics(), one record per compilation). Today's executor runs the
+AOTAutograd graphs' nodes as the device's eager kernels (docs/compile.md), so
+results equal eager neuron up to rounding and CPU up to the usual tolerance.
+"""
+import copy
+import importlib.metadata
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch._dynamo
+
+import torchneuron
+from torchneuron.compile.backend import NeuronCompileError
+
+ROOT = Path(__file__).resolve().parents[1]
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test starts without Dynamo's caches of earlier tests (their guards would
+    count as recompilations here) and with no compile records."""
+    torch._dynamo.reset()
+    torchneuron.reset_compile_metrics()
+    yield
+    torch._dynamo.reset()
+
+
+def records():
+    return torchneuron.compile_metrics()
+
+
+class Block(torch.nn.Module):
+    """The fusable ops the decomposition table keeps whole: addmm, layer norm, GELU, softmax, embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(16, 8)
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.norm = torch.nn.LayerNorm(16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, ids):
+        h = torch.nn.functional.gelu(self.norm(self.fc1(self.emb(ids))))
+        return self.fc2(h).softmax(-1)
+
+
+def pair(module):
+    """(neuron copy, CPU copy) with equal weights."""
+    torch.manual_seed(0)
+    cpu = module()
+    return copy.deepcopy(cpu).to("neuron"), cpu
+
+
+# ------------------------------------------------------------ forward / training
+
+
+def test_module_forward_matches_cpu():
+    model, cpu = pair(Block)
+    ids = torch.randint(0, 16, (3, 5))
+    with torch.no_grad():
+        got = torch.compile(model, backend="neuron")(ids.to("neuron"))
+    torch.testing.assert_close(got.cpu(), cpu(ids), **TOL)
+    (record,) = records()
+    assert record["nodes"]["inference"]["extern"] > 0
+
+
+def test_function_matches_cpu():
+    def f(x, y):
+        return torch.tanh(x @ y.t()).sum(-1) * 2 + x.mean()
+
+    x, y = torch.randn(4, 3), torch.randn(5, 3)
+    got = torch.compile(f, backend="neuron", fullgraph=True)(x.to("neuron"), y.to("neuron"))
+    torch.testing.assert_close(got.cpu(), f(x, y), **TOL)
+
+
+def test_training_gradients_equal_eager():
+    model, cpu = pair(Block)
+    ids = torch.randint(0, 16, (3, 5))
+    target = torch.randn(3, 5, 4)
+    compiled = torch.compile(model, backend="neuron")
+    loss = ((compiled(ids.to("neuron")) - target.to("neuron")) ** 2).mean()
+    loss.backward()
+    ref = ((cpu(ids) - target) ** 2).mean()
+    ref.backward()
+    torch.testing.assert_close(loss.cpu(), ref, **TOL)
+    for (name, p), q in zip(model.named_parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, **TOL, msg=name)
+    (record,) = records()
+    assert set(record["nodes"]) == {"forward", "backward"}
+    assert "executor_backward" in record["times_ms"]
+
+
+# ------------------------------------------------------------ graph breaks, recompiles
+
+
+def with_break(x):
+    y = x.sin() * 2
+    torch._dynamo.graph_break()
+    return y.cos() + 1
+
+
+def test_graph_break_runs_both_graphs():
+    x = torch.randn(6)
+    got = torch.compile(with_break, backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(got.cpu(), with_break(x), **TOL)
+    assert len(records()) == 2
+
+
+def test_fullgraph_refuses_a_graph_break():
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="graph_break"):
+        torch.compile(with_break, backend="neuron", fullgraph=True)(torch.randn(6, device="neuron"))
+
+
+def test_recompiles_on_a_new_shape_only():
+    f = torch.compile(lambda x: x.relu() + 1, backend="neuron")
+    f(torch.randn(4, 3, device="neuron"))
+    f(torch.randn(4, 3, device="neuron"))
+    assert len(records()) == 1  # a repeat reuses the graph
+    f(torch.randn(7, 3, device="neuron"))
+    first, second = records()
+    assert first["recompile_reason"] is None
+    assert "size mismatch" in second["recompile_reason"], second["recompile_reason"]
+    assert second["compile_id"] != first["compile_id"]
+
+
+def test_dynamic_true_compiles_once_for_many_shapes():
+    f = torch.compile(lambda x: (x * 2).softmax(-1), backend="neuron", dynamic=True)
+    for n in (2, 3, 5):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(f(x.to("neuron")).cpu(), (x * 2).softmax(-1), **TOL)
+    assert len(records()) == 1
+
+
+# ------------------------------------------------------------ mutation, aliasing, RNG
+
+
+def test_input_mutation_updates_batchnorm_buffers():
+    model, cpu = pair(lambda: torch.nn.BatchNorm1d(4))
+    x = torch.randn(8, 4)
+    compiled = torch.compile(model, backend="neuron")
+    for _ in range(2):
+        got = compiled(x.to("neuron"))
+        ref = cpu(x)
+    torch.testing.assert_close(got.cpu(), ref, **TOL)
+    torch.testing.assert_close(model.running_mean.cpu(), cpu.running_mean, **TOL)
+    torch.testing.assert_close(model.running_var.cpu(), cpu.running_var, **TOL)
+    assert model.num_batches_tracked.item() == 2
+
+
+def test_in_place_update_of_an_input():
+    def f(cache, x):
+        cache.index_copy_(0, torch.tensor([1], device=x.device), x)
+        return cache.sum()
+
+    cache, x = torch.zeros(3, 2), torch.ones(1, 2)
+    dev = cache.to("neuron")
+    got = torch.compile(f, backend="neuron")(dev, x.to("neuron"))
+    assert got.item() == f(cache, x).item()
+    torch.testing.assert_close(dev.cpu(), cache)
+
+
+def test_outputs_alias_inputs():
+    f = torch.compile(lambda x: (x.view(-1), x.t(), x + 1), backend="neuron")
+    x = torch.randn(2, 3, device="neuron")
+    flat, t, _ = f(x)
+    assert flat._base is x and t._base is x
+    x.add_(1)  # the views see the caller's tensor
+    torch.testing.assert_close(flat.cpu(), x.cpu().view(-1))
+
+
+def test_dropout_is_reproducible_under_manual_seed():
+    drop = torch.nn.Dropout(0.5)
+    f = torch.compile(lambda x: drop(x) * 3, backend="neuron")
+    x = torch.ones(1000, device="neuron")
+    torch.manual_seed(7)
+    a = f(x).cpu()
+    torch.manual_seed(7)
+    b = f(x).cpu()
+    torch.manual_seed(8)
+    c = f(x).cpu()
+    torch.manual_seed(7)
+    eager = (drop(x) * 3).cpu()
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert torch.equal(a, eager)  # the device generator, drawn as eager draws
+    assert 0.4 < (a == 0).float().mean() < 0.6
+
+
+# ------------------------------------------------------------ optimizer, autocast
+
+
+def test_compiled_adamw_step_equals_eager():
+    model, _ = pair(lambda: torch.nn.Linear(4, 3))
+    twin = copy.deepcopy(model)
+    opts = [torch.optim.AdamW(m.parameters(), lr=0.1) for m in (model, twin)]
+    step = torch.compile(opts[0].step, backend="neuron")
+    x = torch.randn(5, 4, device="neuron")
+    for _ in range(2):
+        for m, opt in zip((model, twin), opts):
+            opt.zero_grad()
+            m(x).square().sum().backward()
+        step()
+        opts[1].step()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.cpu(), q.cpu(), **TOL)
+        s, r = opts[0].state[p], opts[1].state[q]
+        assert s["step"].item() == r["step"].item() == 2
+        torch.testing.assert_close(s["exp_avg"].cpu(), r["exp_avg"].cpu(), **TOL)
+        torch.testing.assert_close(s["exp_avg_sq"].cpu(), r["exp_avg_sq"].cpu(), **TOL)
+    assert records()
+
+
+def test_autocast_inside_a_compiled_region():
+    model, _ = pair(lambda: torch.nn.Linear(8, 4))
+
+    def f(x):
+        with torch.autocast("neuron", dtype=torch.bfloat16):
+            return model(x).relu()
+
+    x = torch.randn(3, 8, device="neuron")
+    got = torch.compile(f, backend="neuron")(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.cpu(), f(x).cpu())
+
+
+# ------------------------------------------------------------ registration
+
+
+def test_default_backend_on_neuron_tensors_is_neuron():
+    model, cpu = pair(Block)
+    ids = torch.randint(0, 16, (2, 3))
+    got = torch.compile(model)(ids.to("neuron"))  # Inductor alone: InductorError KeyError 'neuron'
+    torch.testing.assert_close(got.cpu(), cpu(ids), **TOL)
+    assert len(records()) == 1
+    assert torch.compiler.get_default_backend().__name__ == "inductor_or_neuron"
+
+
+def test_explicit_inductor_refuses_neuron_clearly():
+    """Inductor named explicitly: a clear error naming backend="neuron" (not Inductor's KeyError), and the
+    process keeps compiling."""
+    model, _ = pair(lambda: torch.nn.Linear(4, 3))
+    x = torch.randn(2, 4, device="neuron")
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match=r'backend="neuron"'):
+        torch.compile(model, backend="inductor")(x)
+    torch._dynamo.reset()
+    assert torch.compile(model, backend="neuron")(x).shape == (2, 3)
+
+
+def test_device_interface():
+    from torch._dynamo.device_interface import get_interface_for_device
+
+    interface = get_interface_for_device("neuron")
+    assert get_interface_for_device("neuron:1") is interface
+    assert interface.is_available() and interface.device_count() == torch.neuron.device_count()
+    assert interface.current_device() == 0
+    assert interface.get_raw_stream(0) == 0  # the default stream
+    s = interface.Stream()
+    with interface.stream(s):
+        assert interface.current_stream() == s
+        e = interface.Event()
+        e.record()
+    interface.synchronize()
+    assert e.query()
+    assert interface.get_device_properties(0).total_memory > 0
+    assert interface.Worker.get_device_properties().name == torch.neuron.get_device_name()
+    assert interface.is_dtype_supported(torch.bfloat16)
+    x = torch.empty(1024, device="neuron")
+    assert interface.memory_allocated() >= x.numel() * 4
+    with interface.device(1 if torch.neuron.device_count() > 1 else 0):
+        pass
+    assert interface.current_device() == 0
+
+
+ENTRY_POINT_CHILD = """
+    import sys, torch
+    assert "torchneuron" not in sys.modules and not hasattr(torch, "neuron")
+    f = torch.compile(lambda x: x.relu() * 2, backend="neuron")  # loads the entry point
+    x = torch.tensor([-1.0, 3.0], device="neuron")
+    assert f(x).cpu().tolist() == [0.0, 6.0]
+    import torchneuron
+    print(len(torchneuron.compile_metrics()))
+"""
+
+
+def declared_entry_point():
+    text = (ROOT / "setup.py").read_text()
+    match = re.search(r'"torch_dynamo_backends":\s*\["(neuron\s*=\s*[\w.:]+)"\]', text)
+    assert match, "setup.py declares no torch_dynamo_backends entry point 'neuron'"
+    return match.group(1).replace(" ", "")
+
+
+LIGHT_IMPORT_CHILD = """
+    import sys, torch
+    assert hasattr(torch, "neuron")
+    print(sorted(m for m in ("torch._dynamo", "torch._inductor", "transformers") if m in sys.modules))
+"""
+
+
+RUNTIME_ERROR_CHILD = """
+    import torch
+    emb = torch.nn.Embedding(4, 3).to("neuron")
+    f = torch.compile(lambda i: emb(i) * 2, backend="neuron")
+    with torch.no_grad():
+        try:
+            f(torch.tensor([1, 9], device="neuron"))
+        except IndexError as e:
+            print(e.__notes__)
+        print(f(torch.tensor([1, 3], device="neuron")).shape)
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_processes(start_python, tmp_path_factory):
+    """The fresh-process checks below, started when the module starts, so that they run
+    while the other tests do.
+
+    "entry_point": autoload off (so nothing imports torchneuron), the backend found through
+    the `torch_dynamo_backends` entry point alone. The metadata is the installed package's
+    if it declares the entry point (`pip install -e .`); an older install's metadata would
+    not, so then a distribution made from setup.py's declaration is put on the path:
+    either way setup.py's line is what runs.
+    "autoload": torchneuron loaded by `import torch`, the name found with or without the
+    metadata. "light": what `import torch` imports. "runtime_error": an op failing inside a
+    compiled graph, with NEURON_LAUNCH_BLOCKING=1 so that it fails at the op."""
+    name, value = declared_entry_point().split("=")
+    installed = importlib.metadata.entry_points(group="torch_dynamo_backends", name=name)
+    entry_point_env = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    if not any(ep.value == value for ep in installed):
+        tmp = tmp_path_factory.mktemp("entry_points")
+        dist = tmp / "torchneuron_entry_points-0.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torchneuron-entry-points\nVersion: 0\n")
+        (dist / "entry_points.txt").write_text(f"[torch_dynamo_backends]\n{name} = {value}\n")
+        entry_point_env["PYTHONPATH"] = f"{tmp}:{ROOT / 'python'}"
+    autoload = ENTRY_POINT_CHILD.replace('assert "torchneuron" not in sys.modules and not hasattr(torch, "neuron")',
+                                         'assert hasattr(torch, "neuron")')
+    return {"entry_point": start_python(ENTRY_POINT_CHILD, env=entry_point_env),
+            "autoload": start_python(autoload),
+            "light": start_python(LIGHT_IMPORT_CHILD),
+            "runtime_error": start_python(RUNTIME_ERROR_CHILD, env={"NEURON_LAUNCH_BLOCKING": "1"})}
+
+
+def test_entry_point_works_without_import(fresh_processes):
+    assert fresh_processes["entry_point"].wait(120).stdout.strip().splitlines()[-1] == "1"
+
+
+def test_backend_name_works_under_autoload(fresh_processes):
+    assert fresh_processes["autoload"].wait(120).stdout.strip().splitlines()[-1] == "1"
+
+
+def test_import_torch_stays_light(fresh_processes):
+    """Neither `import torch` nor torchneuron's autoload may import Dynamo or Inductor (seconds):
+    their hooks wait for the first torch.compile."""
+    assert fresh_processes["light"].wait(120).stdout.strip().splitlines()[-1] == "[]"
+
+
+# ------------------------------------------------------------ errors, options
+
+
+def test_an_error_inside_a_graph_names_the_graph_and_node(fresh_processes):
+    notes, shape = fresh_processes["runtime_error"].wait(120).stdout.strip().splitlines()[-2:]
+    assert re.search(r"in compiled graph \d+ \(inference\), node embedding \(aten.embedding.default\)", notes), notes
+    assert shape == "torch.Size([2, 3])"  # the process keeps working
+
+
+def test_cpu_tensor_into_a_compiled_neuron_module():
+    model, _ = pair(lambda: torch.nn.Linear(4, 2))
+    compiled = torch.compile(model, backend="neuron")
+    compiled(torch.randn(3, 4, device="neuron"))
+    with pytest.raises(RuntimeError, match=r"cpu and neuron:0"):
+        compiled(torch.randn(3, 4))
+    assert compiled(torch.randn(3, 4, device="neuron")).shape == (3, 2)  # the process keeps working
+
+
+def test_a_graph_without_neuron_tensors_names_its_input():
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match=r"graph \d+: input L\['x'\] is a cpu tensor"):
+        torch.compile(lambda x: x * 2, backend="neuron")(torch.ones(3))
+    assert records()[-1]["fallback"] is None
+
+
+def test_fallback_eager_runs_the_graph_with_one_warning(monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_COMPILE_FALLBACK", "eager")
+    f = torch.compile(lambda x: x * 3, backend="neuron")
+    with pytest.warns(UserWarning, match=r"fallback='eager'") as caught:
+        assert f(torch.ones(3)).tolist() == [3.0, 3.0, 3.0]
+        assert f(torch.ones(3)).tolist() == [3.0, 3.0, 3.0]
+    assert sum("fallback='eager'" in str(w.message) for w in caught) == 1
+    assert "input L['x']" in records()[-1]["fallback"]
+
+
+def test_options_are_validated():
+    x = torch.ones(2, device="neuron")
+    with pytest.raises(Exception, match=r"unknown option\(s\) \['bogus'\]; valid options .*'debug_dir', 'fallback'"):
+        torch.compile(lambda x: x + 1, backend="neuron", options={"bogus": 1})(x)
+    with pytest.raises(Exception, match=r"'fallback'='maybe'"):
+        torch.compile(lambda x: x + 2, backend="neuron", options={"fallback": "maybe"})(x)
+    with pytest.raises(Exception, match=r"unknown mode 'fastest'"):
+        torch.compile(lambda x: x + 3, backend="neuron", mode="fastest")(x)
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune"])
+def test_modes_are_accepted(mode):
+    got = torch.compile(lambda x: x * 2 + 1, backend="neuron", mode=mode)(torch.ones(2, device="neuron"))
+    assert got.cpu().tolist() == [3.0, 3.0]
+    assert records()[-1]["mode"] == mode
+
+
+def test_compile_metrics_record(tmp_path):
+    model, _ = pair(Block)
+    compiled = torch.compile(model, backend="neuron", options={"debug_dir": str(tmp_path)})
+    compiled(torch.randint(0, 16, (2, 3), device="neuron")).sum().backward()
+    (record,) = records()
+    assert record["graph_id"] >= 0 and record["compile_id"] == "0/0"
+    assert record["cache"] == "miss" and record["executor"] == "eager" and record["fallback"] is None
+    for kind in ("forward", "backward"):
+        counts = record["nodes"][kind]
+        assert set(counts) == {"native_kernels", "fused_groups", "extern"} and counts["extern"] > 0
+    assert record["dynamo_nodes"] > 0
+    times = record["times_ms"]
+    assert {"dynamo", "checks", "aot", "executor_forward", "executor_backward"} <= set(times)
+    assert all(t is not None and t >= 0 for t in times.values())
+    folder = tmp_path / f"graph_{record['graph_id']:04d}"
+    assert sorted(p.name for p in folder.iterdir()) == ["aot_backward.py", "aot_forward.py", "dynamo.py",
+                                                         "record.json"]
+    forward = (folder / "aot_forward.py").read_text()
+    for kept in ("aten.embedding", "aten.addmm", "aten.native_layer_norm", "aten._softmax", "aten.gelu"):
+        assert kept in forward, f"{kept} should stay whole in the AOT graph"
+
+
+# ------------------------------------------------------------ Hugging Face
+
+COMMON = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=8, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
+              pad_token_id=0)
+
+
+def hf_config(arch):
+    transformers = pytest.importorskip("transformers", reason="the Hugging Face packages of requirements.txt "
+                                                              "are not installed")
+    if arch == "llama":
+        return transformers.LlamaConfig(**COMMON)
+    if arch == "mistral":
+        return transformers.MistralConfig(**COMMON, sliding_window=8)
+    config = transformers.Gemma2Config(**COMMON, sliding_window=8, query_pre_attn_scalar=8)
+    config._attn_implementation = "eager"  # Transformers has no sdpa path for Gemma2
+    return config
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "gemma2"])
+def test_hf_generate_static_cache_auto_compiles(arch):
+    """Transformers compiles the decode step by itself on a neuron model with a static
+    cache (CompileConfig(backend="neuron")). Tokens equal eager decoding, and after the
+    first generate() nothing compiles again; sliding-window layers (mistral, gemma2)
+    meet two regimes in the first call (filling, full: the prompt plus 12 tokens
+    overflows the window of 8), each compiled once."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(hf_config(arch)).eval().to("neuron")
+    kwargs = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, cache_implementation="static")
+    prompts = [torch.randint(3, 128, (2, 5), device="neuron") for _ in range(2)]
+    mask = torch.ones(2, 5, dtype=torch.long, device="neuron")
+    mask[1, :2] = 0  # the second row is left-padded
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, ids in enumerate(prompts):
+            eager = model.generate(ids, attention_mask=mask, disable_compile=True, **kwargs)
+            compiled = model.generate(ids, attention_mask=mask, **kwargs)
+            assert torch.equal(compiled.cpu(), eager.cpu())
+            if i == 0:
+                first = len(records())
+    assert first == (1 if arch == "llama" else 2), [r["recompile_reason"] for r in records()]
+    assert len(records()) == first, [r["recompile_reason"] for r in records()[first:]]
+
+
+def test_hf_llama_training_step_equals_eager(tmp_path):
+    """A training step of a tiny Llama: loss and every gradient equal eager neuron. The AOT
+    forward keeps the device's fused attention, embedding, SiLU and the loss whole."""
+    from transformers import AutoModelForCausalLM
+
+    config = hf_config("llama")
+    config.num_hidden_layers = 1
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).to("neuron")
+    twin = copy.deepcopy(model)
+    ids = torch.randint(3, 128, (2, 9), device="neuron")
+    compiled = torch.compile(model, backend="neuron", options={"debug_dir": str(tmp_path)})
+    loss = compiled(input_ids=ids, labels=ids).loss
+    loss.backward()
+    ref = twin(input_ids=ids, labels=ids).loss
+    ref.backward()
+    torch.testing.assert_close(loss.cpu(), ref.cpu(), **TOL)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), **TOL, msg=name)
+    (record,) = records()
+    forward = (tmp_path / f"graph_{record['graph_id']:04d}" / "aot_forward.py").read_text()
+    for kept in ("_scaled_dot_product_fused_attention_overrideable", "aten.embedding", "aten.silu",
+                 "aten.nll_loss_forward"):
+        assert kept in forward, f"{kept} should stay whole in the AOT graph"
+
+
+def test_hf_architectures_compile_as_frames_of_their_own():
+    """Dynamo counts recompilations per code object, up to 8. Each architecture's compiled
+    forward is a frame of its own (its outermost frame is torchneuron's error-naming
+    wrapper, one code object per class), not a recompilation of another model's frame."""
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    configs = [hf_config("llama"), Qwen3Config(**COMMON)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for config in configs:
+            model = AutoModelForCausalLM.from_config(config).eval().to("neuron")
+            model.generate(torch.randint(3, 128, (1, 4), device="neuron"), max_new_tokens=3, do_sample=False,
+                           cache_implementation="static")
+    frames = [r["compile_id"].split("/") for r in records()]
+    assert frames == [["0", "0"], ["1", "0"]], [r["recompile_reason"] for r in records()]
+
+
+def test_hf_trainer_torch_compile_trains_on_neuron(tmp_path):
+    """TrainingArguments(torch_compile=True) with a neuron model: the Trainer trains on
+    neuron:0 with backend "neuron" (Transformers' device detection is adapted to the
+    device, hf_integration adaptation 8), and its losses equal an eager Trainer's."""
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    config = hf_config("llama")
+    config.num_hidden_layers = 1
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).to("neuron")
+    twin = copy.deepcopy(model)
+    data = [{"input_ids": torch.randint(3, 128, (8,)), "labels": torch.randint(3, 128, (8,))} for _ in range(4)]
+    losses = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for m, compile_ in ((model, True), (twin, False)):
+            args = TrainingArguments(output_dir=str(tmp_path / str(compile_)), torch_compile=compile_,
+                                     per_device_train_batch_size=2, max_steps=2, report_to=[], save_strategy="no",
+                                     logging_steps=1, dataloader_pin_memory=False)
+            if compile_:
+                assert args.device == torch.device("neuron:0") and args.torch_compile_backend == "neuron"
+            trainer = Trainer(model=m, args=args, train_dataset=data)
+            trainer.train()
+            losses.append([e["loss"] for e in trainer.state.log_history if "loss" in e])
+    assert len(records()) == 1
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
