@@ -1,0 +1,207 @@
+// The collectives that move data without reducing it: broadcast, all_gather,
+// gather, scatter, all_to_all. Each runs rounds of "write own staging, round,
+// copy from peers' staging, release", the first write riding on the
+// descriptor round so that a message that fits in staging costs one round.
+#include <vector>
+
+#include "common.hpp"
+
+namespace neuroncoll {
+
+using algorithms::ceil_div;
+using algorithms::copy_bytes;
+
+namespace {
+
+Descriptor make(Kind kind, DType dtype, size_t count, int root) {
+  Descriptor d;
+  d.kind = kind;
+  d.dtype = dtype;
+  d.count = count;
+  d.root = root;
+  return d;
+}
+
+// Elements of round k: [k * chunk, k * chunk + m) of count.
+size_t part(size_t count, size_t chunk, size_t k) {
+  const size_t off = std::min(count, k * chunk);
+  return std::min(chunk, count - off);
+}
+
+}  // namespace
+
+Status Group::Impl::broadcast(void* buffer, size_t count, DType dtype, int root) {
+  NEURONCOLL_RETURN_IF_ERROR(begin("broadcast"));
+  Descriptor d = make(Kind::kBroadcast, dtype, count, root);
+  Status local = algorithms::check_local(*this, d, buffer, buffer, true, true);
+  const int n = size(), me = rank();
+  if (n == 1) {
+    ++seq;
+    return local;
+  }
+  const size_t esz = local.ok() ? dtype_size(dtype) : 1;
+  const size_t chunk = staging_bytes / esz;
+  char* buf = static_cast<char*>(buffer);
+  return run(
+      d, std::max<size_t>(1, ceil_div(count, chunk)),
+      [&](size_t k) {
+        if (me == root) copy_bytes(staging(root), buf + k * chunk * esz, part(count, chunk, k) * esz);
+      },
+      [&](size_t k) {
+        if (me != root) copy_bytes(buf + k * chunk * esz, staging(root), part(count, chunk, k) * esz);
+        return Status{};
+      });
+}
+
+Status Group::Impl::all_gather(const void* in, void* out, size_t count, DType dtype) {
+  return gather_to(Kind::kAllGather, in, out, count, dtype, -1);
+}
+
+Status Group::Impl::gather(const void* in, void* out, size_t count, DType dtype, int root) {
+  return gather_to(Kind::kGather, in, out, count, dtype, root);
+}
+
+// kAllGather: every rank receives; kGather: `root` only.
+Status Group::Impl::gather_to(Kind kind, const void* in, void* out, size_t count, DType dtype,
+                              int root) {
+  NEURONCOLL_RETURN_IF_ERROR(begin(kind_name(kind)));
+  Descriptor d = make(kind, dtype, count, root);
+  const int n = size(), me = rank();
+  const bool receives = kind == Kind::kAllGather || me == root;
+  Status local = algorithms::check_local(*this, d, in, out, true, receives);
+  if (n == 1) {
+    ++seq;
+    NEURONCOLL_RETURN_IF_ERROR(local);
+    if (in != out) copy_bytes(out, in, count * dtype_size(dtype));
+    return {};
+  }
+  const size_t esz = local.ok() ? dtype_size(dtype) : 1;
+  const size_t chunk = staging_bytes / esz;
+  return run(
+      d, std::max<size_t>(1, ceil_div(count, chunk)),
+      [&](size_t k) {
+        copy_bytes(staging(me), static_cast<const char*>(in) + k * chunk * esz,
+                   part(count, chunk, k) * esz);
+      },
+      [&](size_t k) {
+        if (!receives) return Status{};
+        for (int p = 0; p < n; ++p) {
+          copy_bytes(static_cast<char*>(out) + (p * count + k * chunk) * esz, staging(p),
+                     part(count, chunk, k) * esz);
+        }
+        return Status{};
+      });
+}
+
+Status Group::Impl::scatter(const void* in, void* out, size_t count, DType dtype, int root) {
+  NEURONCOLL_RETURN_IF_ERROR(begin("scatter"));
+  Descriptor d = make(Kind::kScatter, dtype, count, root);
+  const int n = size(), me = rank();
+  Status local = algorithms::check_local(*this, d, in, out, me == root, true);
+  if (n == 1) {
+    ++seq;
+    NEURONCOLL_RETURN_IF_ERROR(local);
+    if (in != out) copy_bytes(out, in, count * dtype_size(dtype));
+    return {};
+  }
+  const size_t esz = local.ok() ? dtype_size(dtype) : 1;
+  const size_t chunk = staging_bytes / (esz * n);
+  const size_t region = chunk * esz;
+  return run(
+      d, std::max<size_t>(1, ceil_div(count, chunk)),
+      [&](size_t k) {
+        if (me != root) return;
+        for (int q = 0; q < n; ++q) {
+          copy_bytes(staging(root) + q * region,
+                     static_cast<const char*>(in) + (q * count + k * chunk) * esz,
+                     part(count, chunk, k) * esz);
+        }
+      },
+      [&](size_t k) {
+        copy_bytes(static_cast<char*>(out) + k * chunk * esz, staging(root) + me * region,
+                   part(count, chunk, k) * esz);
+        return Status{};
+      });
+}
+
+// Counts travel first: each rank stages its send and receive counts with the
+// descriptor, so every rank checks the whole matrix and reports the same
+// disagreement. Data then moves in rounds of one staging region per pair.
+Status Group::Impl::all_to_all(const void* in, const size_t* send_counts, void* out,
+                               const size_t* recv_counts, DType dtype) {
+  NEURONCOLL_RETURN_IF_ERROR(begin("all_to_all"));
+  const int n = size(), me = rank();
+  Descriptor d = make(Kind::kAllToAll, dtype, static_cast<size_t>(n), -1);
+  Status local;
+  if (!send_counts || !recv_counts) {
+    local = invalid(d, "all_to_all: expected " + std::to_string(n) + " send and receive counts");
+  } else {
+    size_t sent = 0, received = 0;
+    for (int q = 0; q < n; ++q) {
+      sent += send_counts[q];
+      received += recv_counts[q];
+    }
+    local = algorithms::check_local(*this, d, sent ? in : nullptr, received ? out : nullptr, false,
+                                    false);
+    if (local.ok() && ((sent && !in) || (received && !out))) {
+      local = invalid(d, "all_to_all: null buffer with nonzero counts");
+    }
+  }
+  const size_t esz = local.ok() ? dtype_size(dtype) : 1;
+  NEURONCOLL_RETURN_IF_ERROR(acquire("all_to_all"));
+  auto* table = reinterpret_cast<uint64_t*>(staging(me));
+  if (local.ok()) {
+    for (int q = 0; q < n; ++q) {
+      table[q] = send_counts[q];
+      table[n + q] = recv_counts[q];
+    }
+  }
+  NEURONCOLL_RETURN_IF_ERROR(exchange(d));
+  // sends[p * n + q]: what p sends to q.
+  std::vector<uint64_t> sends(size_t(n) * n);
+  std::string disagree;
+  for (int p = 0; p < n; ++p) {
+    const auto* t = reinterpret_cast<const uint64_t*>(staging(p));
+    for (int q = 0; q < n; ++q) sends[size_t(p) * n + q] = t[q];
+  }
+  for (int q = 0; q < n; ++q) {
+    const auto* t = reinterpret_cast<const uint64_t*>(staging(q));
+    for (int p = 0; p < n; ++p) {
+      if (t[n + p] != sends[size_t(p) * n + q] && disagree.size() < 400) {
+        disagree += " rank " + std::to_string(p) + " sends " +
+                    std::to_string(sends[size_t(p) * n + q]) + " to rank " + std::to_string(q) +
+                    ", which expects " + std::to_string(t[n + p]) + ";";
+      }
+    }
+  }
+  release();
+  if (!disagree.empty()) {
+    return {Code::kMismatch, "all_to_all (group '" + options.name + "'): split sizes disagree:" + disagree};
+  }
+  const size_t chunk = staging_bytes / (esz * n);
+  const size_t region = chunk * esz;
+  size_t rounds = 0;
+  for (uint64_t c : sends) rounds = std::max(rounds, ceil_div(c, chunk));
+  std::vector<size_t> send_off(n, 0), recv_off(n, 0);
+  for (int q = 1; q < n; ++q) {
+    send_off[q] = send_off[q - 1] + send_counts[q - 1];
+    recv_off[q] = recv_off[q - 1] + recv_counts[q - 1];
+  }
+  for (size_t k = 0; k < rounds; ++k) {
+    NEURONCOLL_RETURN_IF_ERROR(acquire("all_to_all"));
+    for (int q = 0; q < n; ++q) {
+      copy_bytes(staging(me) + q * region,
+                 static_cast<const char*>(in) + (send_off[q] + k * chunk) * esz,
+                 part(send_counts[q], chunk, k) * esz);
+    }
+    NEURONCOLL_RETURN_IF_ERROR(round("all_to_all"));
+    for (int p = 0; p < n; ++p) {
+      copy_bytes(static_cast<char*>(out) + (recv_off[p] + k * chunk) * esz,
+                 staging(p) + me * region, part(recv_counts[p], chunk, k) * esz);
+    }
+    release();
+  }
+  return {};
+}
+
+}  // namespace neuroncoll
