@@ -1,1 +1,83 @@
+// SharedArena blocks, and all_reduce reading peers' arena buffers directly.
+#include <gtest/gtest.h>
 
+#include "harness.hpp"
+#include "neuroncoll/arena.hpp"
+#include "reference.hpp"
+#include "transport/arena_registry.hpp"
+
+namespace {
+
+using namespace neuroncoll;
+using nctest::Ctx;
+
+TEST(SharedArena, AllocatesAlignedBlocksAndCoalesces) {
+  std::unique_ptr<SharedArena> arena;
+  ASSERT_TRUE(SharedArena::create(1 << 20, &arena).ok());
+  void* a = arena->allocate(1000, 64);
+  void* b = arena->allocate(5000, 4096);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 4096, 0u);
+  EXPECT_EQ(arena->allocate(2 << 20, 64), nullptr);
+  const auto ref = transport::find_arena(static_cast<char*>(b) + 10, 100);
+  EXPECT_NE(ref.uid, 0u);
+  EXPECT_EQ(ref.offset, static_cast<size_t>(static_cast<char*>(b) - static_cast<char*>(arena->base())) + 10);
+  EXPECT_EQ(transport::find_arena(&ref, sizeof(ref)).uid, 0u);
+  arena->deallocate(a);
+  arena->deallocate(b);
+  EXPECT_EQ(arena->allocated(), 0u);
+  void* whole = arena->allocate(1 << 20, 64);  // only possible once everything merged back
+  EXPECT_EQ(whole, arena->base());
+}
+
+// Large all_reduce with every rank's buffers in an arena of its own: the
+// direct path. `mixed`: rank 0 keeps its output outside, so staging is used.
+std::string direct_body(Ctx& c, bool mixed) {
+  NC_NEED_GROUP(c);
+  const int n = c.group->size();
+  std::unique_ptr<SharedArena> arena;
+  NC_CHECK_OK(SharedArena::create(8 << 20, &arena));
+  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt32}) {
+    for (size_t count : {size_t(50001), size_t(300000)}) {
+      const size_t bytes = count * dtype_size(d);
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < n; ++r) inputs.push_back(nctest::make_input(d, r, count));
+      const auto want = nctest::reference_reduce(d, ReduceOp::kSum, inputs, count);
+      auto* in = static_cast<uint8_t*>(arena->allocate(bytes, 64));
+      NC_CHECK(in != nullptr, "arena full");
+      std::vector<uint8_t> outside(bytes);
+      auto* out = mixed && c.rank == 0 ? outside.data() : static_cast<uint8_t*>(arena->allocate(bytes, 64));
+      std::memcpy(in, inputs[c.rank].data(), bytes);
+      NC_CHECK_OK(c.group->all_reduce(in, out, count, d, ReduceOp::kSum));
+      std::string diff = nctest::compare_bytes(d, out, want.data(), count, "direct all_reduce");
+      NC_CHECK(diff.empty(), diff);
+      NC_CHECK_OK(c.group->all_reduce(in, in, count, d, ReduceOp::kSum));
+      diff = nctest::compare_bytes(d, in, want.data(), count, "direct all_reduce in place");
+      NC_CHECK(diff.empty(), diff);
+      arena->deallocate(in);
+      if (out != outside.data()) arena->deallocate(out);
+    }
+  }
+  return "";
+}
+
+TEST(DirectAccess, AllReduceFromArenasProcesses) {
+  nctest::Options o;
+  o.size = 3;
+  EXPECT_EQ(nctest::failures(nctest::run_processes(o, [](Ctx& c) { return direct_body(c, false); })), "");
+}
+
+TEST(DirectAccess, AllReduceFromArenasThreads) {
+  nctest::Options o;
+  o.size = 4;
+  EXPECT_EQ(nctest::failures(nctest::run_threads(o, [](Ctx& c) { return direct_body(c, false); })), "");
+}
+
+TEST(DirectAccess, OneRankOutsideAnArenaUsesStaging) {
+  nctest::Options o;
+  o.size = 2;
+  EXPECT_EQ(nctest::failures(nctest::run_processes(o, [](Ctx& c) { return direct_body(c, true); })), "");
+}
+
+}  // namespace
