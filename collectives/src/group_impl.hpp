@@ -50,7 +50,7 @@ struct alignas(64) RankSlot {
   Descriptor desc;
 };
 
-struct SegmentHeader {
+struct alignas(64) SegmentHeader {
   uint64_t magic;
   uint32_t size;
   uint32_t reserved;
