@@ -1,7 +1,12 @@
 // Group creation (rendezvous through the store, the control segment) and the
 // round protocol (group_impl.hpp). The collectives are in src/algorithms/.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <random>
 
@@ -19,7 +24,34 @@ size_t segment_bytes(int size, size_t staging) {
   return round_up(sizeof(SegmentHeader) + sizeof(RankSlot) * size, kPage) + staging * size;
 }
 
-// /dev/shm names: "/neuroncoll-<group name, safe characters, cut>-<pid>-<random>".
+// This process's pid namespace, as an inode number (0 if unknown).
+uint64_t pid_namespace() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
+}
+
+// A segment's name lives only until every rank mapped it; a process killed
+// inside that window (during Group::create) leaves it behind. Creators sweep
+// such names: those of their own pid namespace whose creator is gone.
+void sweep_stale_segments() {
+  const std::string ns = "-n" + std::to_string(pid_namespace()) + "-";
+  DIR* d = ::opendir("/dev/shm");
+  if (!d) return;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("neuroncoll-", 0) != 0) continue;
+    const size_t at = name.rfind(ns);
+    if (at == std::string::npos) continue;
+    const long pid = std::strtol(name.c_str() + at + ns.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      ::shm_unlink(("/" + name).c_str());
+    }
+  }
+  ::closedir(d);
+}
+
+// /dev/shm names: "/neuroncoll-<group name, safe characters, cut>-n<pid
+// namespace>-<pid>-<random>".
 std::string segment_name(const std::string& group) {
   std::string safe;
   for (char c : group) {
@@ -27,8 +59,9 @@ std::string segment_name(const std::string& group) {
     safe += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') ? c : '_';
   }
   std::random_device rd;
-  char tail[32];
-  std::snprintf(tail, sizeof(tail), "-%d-%08x", static_cast<int>(::getpid()), rd());
+  char tail[64];
+  std::snprintf(tail, sizeof(tail), "-n%llu-%d-%08x",
+                static_cast<unsigned long long>(pid_namespace()), static_cast<int>(::getpid()), rd());
   return "/neuroncoll-" + safe + tail;
 }
 
@@ -249,6 +282,7 @@ Status Group::create(const GroupOptions& o, std::unique_ptr<Group>* group) {
   if (o.rank == 0) {
     // Staging holds one 64-byte unit per destination at least.
     size_t staging = round_up(std::max<size_t>({o.staging_bytes, kPage, 64 * size_t(o.size)}), kPage);
+    sweep_stale_segments();
     name = segment_name(o.name);
     NEURONCOLL_RETURN_IF_ERROR(transport::ShmSegment::create(name, segment_bytes(o.size, staging),
                                                              &impl->segment));

@@ -13,9 +13,16 @@
 #include <thread>
 
 namespace nctest {
+
+const std::string& test_prefix() {
+  static const std::string prefix = "p" + std::to_string(::getpid()) + "-";
+  return prefix;
+}
+
 namespace {
 
 std::string make_store_dir() {
+  test_prefix();  // fixed before any fork
   char tmpl[] = "/tmp/neuroncoll-test-XXXXXX";
   const char* dir = ::mkdtemp(tmpl);
   return dir ? dir : "";
@@ -35,7 +42,7 @@ std::string run_rank(const Options& o, const std::string& dir, int rank, const B
     go.rank = rank;
     go.size = o.size;
     go.timeout = o.timeout;
-    go.name = o.name;
+    go.name = test_prefix() + o.name;
     go.staging_bytes = o.staging_bytes;
     go.small_message_bytes = o.small_message_bytes;
     c.create_status = neuroncoll::Group::create(go, &group);
@@ -137,7 +144,8 @@ std::vector<std::string> shm_leftovers() {
   DIR* d = ::opendir("/dev/shm");
   if (!d) return names;
   while (dirent* e = ::readdir(d)) {
-    if (std::strncmp(e->d_name, "neuroncoll-", 11) == 0) names.emplace_back(e->d_name);
+    const std::string mine = "neuroncoll-" + test_prefix();
+    if (std::strncmp(e->d_name, mine.c_str(), mine.size()) == 0) names.emplace_back(e->d_name);
   }
   ::closedir(d);
   return names;

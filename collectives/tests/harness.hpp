@@ -13,6 +13,14 @@
 
 namespace nctest {
 
+// Sanitizer builds run 5-15x slower; the heaviest tests shrink there so the
+// suite stays within its time limits.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSlowBuild = true;
+#else
+inline constexpr bool kSlowBuild = false;
+#endif
+
 struct Options {
   int size = 2;
   size_t staging_bytes = 64 << 10;
@@ -38,7 +46,11 @@ std::vector<std::string> run_processes(const Options& options, const Body& body,
 // "" when every rank succeeded, else "rank r: error" lines.
 std::string failures(const std::vector<std::string>& results);
 
-// Entries of /dev/shm whose name starts with "neuroncoll-".
+// Group names get this prefix ("p<pid of the test process>-"), so that a
+// test process finds its own segments among those of tests running beside it.
+const std::string& test_prefix();
+
+// Entries of /dev/shm of this test process's groups.
 std::vector<std::string> shm_leftovers();
 
 }  // namespace nctest

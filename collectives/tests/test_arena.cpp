@@ -39,7 +39,7 @@ std::string direct_body(Ctx& c, bool mixed) {
   std::unique_ptr<SharedArena> arena;
   NC_CHECK_OK(SharedArena::create(8 << 20, &arena));
   for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt32}) {
-    for (size_t count : {size_t(50001), size_t(300000)}) {
+    for (size_t count : {size_t(50001), size_t(nctest::kSlowBuild ? 70000 : 300000)}) {
       const size_t bytes = count * dtype_size(d);
       std::vector<std::vector<uint8_t>> inputs;
       for (int r = 0; r < n; ++r) inputs.push_back(nctest::make_input(d, r, count));

@@ -4,6 +4,9 @@
 // segment left in /dev/shm afterwards.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness.hpp"
@@ -177,6 +180,34 @@ TEST(Faults, GroupSizeMismatchAtCreate) {
   Status s = Group::create(go, &g);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_TRUE(has(s.message(), "rank 3 outside a group of size 2")) << s.message();
+}
+
+}  // namespace
+
+namespace {
+
+// A process killed while a group forms leaves its segment's name; the next
+// group created on the host removes it.
+TEST(Faults, CrashDuringCreationLeftoverIsSweptByTheNextGroup) {
+  nctest::Options o;
+  o.size = 2;
+  // The name a creator killed inside Group::create leaves (its pid is gone).
+  const std::string stale = "/neuroncoll-" + nctest::test_prefix() + "stale-n" +
+                            std::to_string([] {
+                              struct stat st {};
+                              return ::stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
+                            }()) +
+                            "-999999999-00000000";
+  int fd = ::shm_open(stale.c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  o.name = "after-crash";
+  EXPECT_EQ(nctest::failures(nctest::run_threads(o, [](Ctx& c) -> std::string {
+              NC_NEED_GROUP(c);
+              return "";
+            })),
+            "");
+  EXPECT_NE(::access(("/dev/shm" + stale).c_str(), F_OK), 0) << stale << " not swept";
 }
 
 }  // namespace
