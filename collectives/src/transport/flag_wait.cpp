@@ -12,7 +12,7 @@ namespace {
 
 // Long enough to catch a peer that is a few microseconds behind, short
 // enough that a rank waiting for a descheduled peer gives up its core soon.
-constexpr auto kSpin = std::chrono::microseconds(20);
+constexpr auto kSpin = std::chrono::microseconds(30);
 // Sleep slices: a lost wake-up (none are expected) costs at most this.
 constexpr auto kMaxSleep = std::chrono::milliseconds(20);
 
