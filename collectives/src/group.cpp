@@ -342,6 +342,11 @@ Group::~Group() = default;
 int Group::rank() const { return impl_->rank(); }
 int Group::size() const { return impl_->size(); }
 const std::string& Group::name() const { return impl_->options.name; }
+GroupStats Group::stats() const {
+  GroupStats s = impl_->stats;
+  s.collectives = impl_->seq - 1;  // creation took one descriptor round
+  return s;
+}
 
 Status Group::all_reduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                          double premul_factor) {

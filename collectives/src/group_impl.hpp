@@ -71,6 +71,7 @@ struct Group::Impl {
   uint64_t seq = 0;
   Status broken;  // first timeout; later calls return kAborted
   transport::PeerArenas arenas;
+  GroupStats stats;
 
   int rank() const { return options.rank; }
   int size() const { return options.size; }

@@ -55,6 +55,13 @@ std::string direct_body(Ctx& c, bool mixed) {
       NC_CHECK_OK(c.group->all_reduce(in, in, count, d, ReduceOp::kSum));
       diff = nctest::compare_bytes(d, in, want.data(), count, "direct all_reduce in place");
       NC_CHECK(diff.empty(), diff);
+      const GroupStats st = c.group->stats();
+      if (mixed) {
+        // Out of place went through staging; in place (both in arenas) was direct.
+        NC_CHECK(st.direct_all_reduces > 0 && st.chunked_all_reduces > 0, "expected both paths");
+      } else {
+        NC_CHECK(st.direct_all_reduces > 0 && st.chunked_all_reduces == 0, "expected the direct path");
+      }
       arena->deallocate(in);
       if (out != outside.data()) arena->deallocate(out);
     }

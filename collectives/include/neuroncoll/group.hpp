@@ -37,6 +37,14 @@ struct GroupOptions {
   size_t small_message_bytes = 64 << 10;
 };
 
+// How this rank's collectives ran so far (for profiling and tests).
+struct GroupStats {
+  uint64_t collectives = 0;
+  uint64_t small_all_reduces = 0;    // one round, reduced locally from staging
+  uint64_t chunked_all_reduces = 0;  // reduce-scatter + all-gather through staging
+  uint64_t direct_all_reduces = 0;   // read straight from peers' arenas
+};
+
 class Group {
  public:
   static Status create(const GroupOptions& options, std::unique_ptr<Group>* group);
@@ -47,6 +55,7 @@ class Group {
   int rank() const;
   int size() const;
   const std::string& name() const;
+  GroupStats stats() const;
 
   // out[i] = in_0[i] op in_1[i] op ... in rank order, identical on every rank.
   // `in` may equal `out`. `premul_factor` is this rank's factor of kPremulSum.

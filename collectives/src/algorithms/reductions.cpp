@@ -47,6 +47,7 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
   };
 
   if (bytes <= small_message_bytes) {
+    ++stats.small_all_reduces;
     return run(
         d, 1, [&](size_t) { copy_bytes(staging(me), in, bytes); },
         [&](size_t) {
@@ -68,6 +69,7 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
   for (int p = 0; p < n; ++p) direct = direct && slot(p).desc.in.uid && slot(p).desc.out.uid;
 
   if (direct) {
+    ++stats.direct_all_reduces;
     std::vector<char*> pin, pout;
     NEURONCOLL_RETURN_IF_ERROR(check_direct("all_reduce", &pin, &pout));
     size_t b, e;
@@ -85,6 +87,7 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
     return round("all_reduce");
   }
 
+  ++stats.chunked_all_reduces;
   const size_t chunk = staging_bytes / esz;
   for (size_t off = 0; off < count; off += chunk) {
     if (off > 0) NEURONCOLL_RETURN_IF_ERROR(acquire("all_reduce"));
