@@ -229,15 +229,15 @@ Status Group::Impl::check_direct(const char* what, std::vector<char*>* in,
     (*in)[p] = static_cast<char*>(pi);
     (*out)[p] = static_cast<char*>(po);
   }
-  Descriptor& mine = slot(rank()).desc;
-  mine.invalid = failure.empty() ? 0 : 1;
-  std::snprintf(mine.message, sizeof(mine.message), "%s", failure.c_str());
+  RankSlot& mine = slot(rank());
+  mine.direct_failed = failure.empty() ? 0 : 1;
+  std::snprintf(mine.direct_message, sizeof(mine.direct_message), "%s", failure.c_str());
   NEURONCOLL_RETURN_IF_ERROR(round(what));
   std::string failures;
   for (int p = 0; p < size(); ++p) {
-    if (slot(p).desc.invalid) {
+    if (slot(p).direct_failed) {
       failures += std::string(failures.empty() ? "" : "; ") + "rank " + std::to_string(p) +
-                  " cannot map " + slot(p).desc.message;
+                  " cannot map " + slot(p).direct_message;
     }
   }
   if (failures.empty()) return {};

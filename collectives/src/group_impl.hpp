@@ -48,6 +48,9 @@ struct Descriptor {
 struct alignas(64) RankSlot {
   transport::Flag flag;
   Descriptor desc;
+  // check_direct's verdict (apart from `desc`, which peers may still read).
+  uint32_t direct_failed = 0;
+  char direct_message[200] = {};
 };
 
 struct alignas(64) SegmentHeader {

@@ -69,7 +69,10 @@ std::string direct_body(Ctx& c, bool mixed) {
   return "";
 }
 
+// The processes are forked after the threads test made arenas in the parent:
+// their arena ids must still differ.
 TEST(DirectAccess, AllReduceFromArenasProcesses) {
+  { std::unique_ptr<SharedArena> a; ASSERT_TRUE(SharedArena::create(4096, &a).ok()); }
   nctest::Options o;
   o.size = 3;
   EXPECT_EQ(nctest::failures(nctest::run_processes(o, [](Ctx& c) { return direct_body(c, false); })), "");

@@ -3,6 +3,7 @@
 // finds the arena of a pointer; peers' mappings through /proc/<pid>/fd.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +20,7 @@ namespace neuroncoll {
 struct SharedArena::Impl {
   int fd = -1;
   uint64_t uid = 0;
+  uint64_t ino = 0;  // of the memfd: peers check they opened this file
   char* base = nullptr;
   size_t size = 0;
   mutable std::mutex mu;
@@ -39,10 +41,17 @@ Registry& registry() {
   return *r;
 }
 
+// Unique per arena, also across fork: a child reseeds, or parent and child
+// would hand out the same sequence (and peers would confuse their arenas).
 uint64_t new_uid() {
   static std::mutex mu;
-  static std::mt19937_64 gen(std::random_device{}() ^ (uint64_t(::getpid()) << 32));
+  static pid_t seeded_for = 0;
+  static std::mt19937_64 gen;
   std::lock_guard<std::mutex> lock(mu);
+  if (seeded_for != ::getpid()) {
+    seeded_for = ::getpid();
+    gen.seed(std::random_device{}() ^ (uint64_t(seeded_for) << 32));
+  }
   uint64_t v = 0;
   while (v == 0) v = gen();
   return v;
@@ -71,6 +80,8 @@ Status SharedArena::create(size_t bytes, std::unique_ptr<SharedArena>* arena) {
   impl->base = static_cast<char*>(p);
   impl->size = bytes;
   impl->uid = new_uid();
+  struct stat st {};
+  impl->ino = ::fstat(impl->fd, &st) == 0 ? st.st_ino : 0;
   impl->free_blocks[0] = bytes;
   {
     std::lock_guard<std::mutex> lock(registry().mu);
@@ -155,7 +166,7 @@ ArenaRef find_arena(const void* ptr, size_t bytes) {
   --it;
   const SharedArena::Impl* a = it->second;
   if (p + bytes > it->first + a->size) return {};
-  return ArenaRef{a->uid, static_cast<int32_t>(::getpid()), a->fd, a->size, p - it->first};
+  return ArenaRef{a->uid, static_cast<int32_t>(::getpid()), a->fd, a->ino, a->size, p - it->first};
 }
 
 PeerArenas::~PeerArenas() {
@@ -165,7 +176,8 @@ PeerArenas::~PeerArenas() {
 }
 
 Status PeerArenas::resolve(const ArenaRef& ref, void** ptr) {
-  auto it = mappings_.find(ref.uid);
+  const auto key = std::make_pair(ref.pid, ref.uid);
+  auto it = mappings_.find(key);
   if (it == mappings_.end()) {
     Mapping m{nullptr, ref.size, false};
     if (ref.pid == ::getpid()) {
@@ -178,13 +190,18 @@ Status PeerArenas::resolve(const ArenaRef& ref, void** ptr) {
       const std::string path = "/proc/" + std::to_string(ref.pid) + "/fd/" + std::to_string(ref.fd);
       int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
       if (fd < 0) return {Code::kSystemError, "cannot open peer arena " + path + ": " + std::strerror(errno)};
+      struct stat st {};
+      if (::fstat(fd, &st) != 0 || st.st_ino != ref.ino) {
+        ::close(fd);
+        return {Code::kSystemError, "peer arena " + path + " is no longer the arena described"};
+      }
       void* p = ::mmap(nullptr, ref.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       ::close(fd);
       if (p == MAP_FAILED) return {Code::kSystemError, "cannot map peer arena " + path + ": " + std::strerror(errno)};
       m.base = p;
       m.owned = true;
     }
-    it = mappings_.emplace(ref.uid, m).first;
+    it = mappings_.emplace(key, m).first;
   }
   if (ref.offset > it->second.size) return {Code::kInvalidArgument, "arena offset out of range"};
   *ptr = static_cast<char*>(it->second.base) + ref.offset;

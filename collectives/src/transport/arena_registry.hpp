@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <utility>
 
 #include "neuroncoll/status.hpp"
 
@@ -15,6 +16,7 @@ struct ArenaRef {
   uint64_t uid = 0;     // unique per arena (fds are reused, uids are not)
   int32_t pid = 0;      // owner process
   int32_t fd = -1;      // the owner's memfd
+  uint64_t ino = 0;     // its inode (an fd number can be reused)
   uint64_t size = 0;    // arena bytes
   uint64_t offset = 0;  // of the buffer within the arena
 };
@@ -38,7 +40,7 @@ class PeerArenas {
     size_t size;
     bool owned;  // mapped here (else the arena is this process's own)
   };
-  std::map<uint64_t, Mapping> mappings_;
+  std::map<std::pair<int32_t, uint64_t>, Mapping> mappings_;  // (pid, uid)
 };
 
 }  // namespace neuroncoll::transport
