@@ -5,6 +5,7 @@
 #include <string>
 
 #include "group_impl.hpp"
+#include "reduce_kernels.hpp"
 
 namespace neuroncoll::algorithms {
 
@@ -13,6 +14,48 @@ inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 // memcpy that accepts null pointers for zero bytes.
 inline void copy_bytes(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
+}
+
+// Elements of round k: [k * chunk, k * chunk + part) of count.
+inline size_t part(size_t count, size_t chunk, size_t k) {
+  const size_t off = std::min(count, k * chunk);
+  return std::min(chunk, count - off);
+}
+
+inline Descriptor make_descriptor(Kind kind, DType dtype, size_t count, int root) {
+  Descriptor d;
+  d.kind = kind;
+  d.dtype = dtype;
+  d.count = count;
+  d.root = root;
+  return d;
+}
+
+inline Descriptor make_reducing(Kind kind, DType dtype, ReduceOp op, size_t count, int root,
+                                double scale) {
+  Descriptor d = make_descriptor(kind, dtype, count, root);
+  d.op = op;
+  d.uses_op = true;
+  d.scale = scale;
+  return d;
+}
+
+// A group of one runs no rounds: the reduction of one source, or a copy.
+inline Status single_rank_reduce(Group::Impl& g, const Status& local, const Descriptor& d,
+                                 const void* in, void* out) {
+  ++g.seq;
+  if (!local.ok()) return local;
+  const void* srcs[1] = {in};
+  reduce(d.dtype, d.op, out, srcs, &d.scale, 1, d.count, 1);
+  return {};
+}
+
+inline Status single_rank_copy(Group::Impl& g, const Status& local, const void* in, void* out,
+                               size_t bytes) {
+  ++g.seq;
+  if (!local.ok()) return local;
+  if (in != out) copy_bytes(out, in, bytes);
+  return {};
 }
 
 // Checks this rank's arguments; on failure marks `desc` invalid (peers learn

@@ -11,28 +11,11 @@ namespace neuroncoll {
 using algorithms::ceil_div;
 using algorithms::copy_bytes;
 
-namespace {
-
-Descriptor make(Kind kind, DType dtype, size_t count, int root) {
-  Descriptor d;
-  d.kind = kind;
-  d.dtype = dtype;
-  d.count = count;
-  d.root = root;
-  return d;
-}
-
-// Elements of round k: [k * chunk, k * chunk + m) of count.
-size_t part(size_t count, size_t chunk, size_t k) {
-  const size_t off = std::min(count, k * chunk);
-  return std::min(chunk, count - off);
-}
-
-}  // namespace
+using algorithms::part;
 
 Status Group::Impl::broadcast(void* buffer, size_t count, DType dtype, int root) {
   NEURONCOLL_RETURN_IF_ERROR(begin("broadcast"));
-  Descriptor d = make(Kind::kBroadcast, dtype, count, root);
+  Descriptor d = algorithms::make_descriptor(Kind::kBroadcast, dtype, count, root);
   Status local = algorithms::check_local(*this, d, buffer, buffer, true, true);
   const int n = size(), me = rank();
   if (n == 1) {
@@ -65,16 +48,11 @@ Status Group::Impl::gather(const void* in, void* out, size_t count, DType dtype,
 Status Group::Impl::gather_to(Kind kind, const void* in, void* out, size_t count, DType dtype,
                               int root) {
   NEURONCOLL_RETURN_IF_ERROR(begin(kind_name(kind)));
-  Descriptor d = make(kind, dtype, count, root);
+  Descriptor d = algorithms::make_descriptor(kind, dtype, count, root);
   const int n = size(), me = rank();
   const bool receives = kind == Kind::kAllGather || me == root;
   Status local = algorithms::check_local(*this, d, in, out, true, receives);
-  if (n == 1) {
-    ++seq;
-    NEURONCOLL_RETURN_IF_ERROR(local);
-    if (in != out) copy_bytes(out, in, count * dtype_size(dtype));
-    return {};
-  }
+  if (n == 1) return algorithms::single_rank_copy(*this, local, in, out, count * dtype_size(dtype));
   const size_t esz = local.ok() ? dtype_size(dtype) : 1;
   const size_t chunk = staging_bytes / esz;
   return run(
@@ -95,15 +73,10 @@ Status Group::Impl::gather_to(Kind kind, const void* in, void* out, size_t count
 
 Status Group::Impl::scatter(const void* in, void* out, size_t count, DType dtype, int root) {
   NEURONCOLL_RETURN_IF_ERROR(begin("scatter"));
-  Descriptor d = make(Kind::kScatter, dtype, count, root);
+  Descriptor d = algorithms::make_descriptor(Kind::kScatter, dtype, count, root);
   const int n = size(), me = rank();
   Status local = algorithms::check_local(*this, d, in, out, me == root, true);
-  if (n == 1) {
-    ++seq;
-    NEURONCOLL_RETURN_IF_ERROR(local);
-    if (in != out) copy_bytes(out, in, count * dtype_size(dtype));
-    return {};
-  }
+  if (n == 1) return algorithms::single_rank_copy(*this, local, in, out, count * dtype_size(dtype));
   const size_t esz = local.ok() ? dtype_size(dtype) : 1;
   const size_t chunk = staging_bytes / (esz * n);
   const size_t region = chunk * esz;
@@ -131,7 +104,7 @@ Status Group::Impl::all_to_all(const void* in, const size_t* send_counts, void* 
                                const size_t* recv_counts, DType dtype) {
   NEURONCOLL_RETURN_IF_ERROR(begin("all_to_all"));
   const int n = size(), me = rank();
-  Descriptor d = make(Kind::kAllToAll, dtype, static_cast<size_t>(n), -1);
+  Descriptor d = algorithms::make_descriptor(Kind::kAllToAll, dtype, static_cast<size_t>(n), -1);
   Status local;
   if (!send_counts || !recv_counts) {
     local = invalid(d, "all_to_all: expected " + std::to_string(n) + " send and receive counts");

@@ -21,23 +21,11 @@ using algorithms::copy_bytes;
 Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                                double scale) {
   NEURONCOLL_RETURN_IF_ERROR(begin("all_reduce"));
-  Descriptor d;
-  d.kind = Kind::kAllReduce;
-  d.dtype = dtype;
-  d.op = op;
-  d.uses_op = true;
-  d.count = count;
-  d.scale = scale;
+  Descriptor d = algorithms::make_reducing(Kind::kAllReduce, dtype, op, count, -1, scale);
   Status local = algorithms::check_local(*this, d, in, out, true, true);
   const int n = size();
   const int me = rank();
-  if (n == 1) {
-    ++seq;
-    NEURONCOLL_RETURN_IF_ERROR(local);
-    const void* srcs[1] = {in};
-    algorithms::reduce(dtype, op, out, srcs, &scale, 1, count, 1);
-    return {};
-  }
+  if (n == 1) return algorithms::single_rank_reduce(*this, local, d, in, out);
   const size_t esz = local.ok() ? dtype_size(dtype) : 1;
   const size_t bytes = count * esz;
   std::vector<const void*> srcs(n);
@@ -111,24 +99,11 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
 Status Group::Impl::reduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                            int root, double scale) {
   NEURONCOLL_RETURN_IF_ERROR(begin("reduce"));
-  Descriptor d;
-  d.kind = Kind::kReduce;
-  d.dtype = dtype;
-  d.op = op;
-  d.uses_op = true;
-  d.count = count;
-  d.root = root;
-  d.scale = scale;
+  Descriptor d = algorithms::make_reducing(Kind::kReduce, dtype, op, count, root, scale);
   const int n = size();
   const int me = rank();
   Status local = algorithms::check_local(*this, d, in, out, true, me == root);
-  if (n == 1) {
-    ++seq;
-    NEURONCOLL_RETURN_IF_ERROR(local);
-    const void* srcs[1] = {in};
-    algorithms::reduce(dtype, op, out, srcs, &scale, 1, count, 1);
-    return {};
-  }
+  if (n == 1) return algorithms::single_rank_reduce(*this, local, d, in, out);
   const size_t esz = local.ok() ? dtype_size(dtype) : 1;
   const size_t chunk = staging_bytes / esz;
   const size_t rounds = std::max<size_t>(1, ceil_div(count, chunk));
@@ -137,12 +112,12 @@ Status Group::Impl::reduce(const void* in, void* out, size_t count, DType dtype,
   return run(
       d, rounds,
       [&](size_t k) {
-        const size_t off = k * chunk, m = std::min(chunk, count - std::min(count, off));
+        const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
         copy_bytes(staging(me), static_cast<const char*>(in) + off * esz, m * esz);
       },
       [&](size_t k) {
         if (me != root) return Status{};
-        const size_t off = k * chunk, m = std::min(chunk, count - std::min(count, off));
+        const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
         for (int p = 0; p < n; ++p) {
           srcs[p] = staging(p);
           scales[p] = slot(p).desc.scale;
@@ -156,23 +131,11 @@ Status Group::Impl::reduce(const void* in, void* out, size_t count, DType dtype,
 Status Group::Impl::reduce_scatter(const void* in, void* out, size_t count, DType dtype,
                                    ReduceOp op, double scale) {
   NEURONCOLL_RETURN_IF_ERROR(begin("reduce_scatter"));
-  Descriptor d;
-  d.kind = Kind::kReduceScatter;
-  d.dtype = dtype;
-  d.op = op;
-  d.uses_op = true;
-  d.count = count;
-  d.scale = scale;
+  Descriptor d = algorithms::make_reducing(Kind::kReduceScatter, dtype, op, count, -1, scale);
   const int n = size();
   const int me = rank();
   Status local = algorithms::check_local(*this, d, in, out, true, true);
-  if (n == 1) {
-    ++seq;
-    NEURONCOLL_RETURN_IF_ERROR(local);
-    const void* srcs[1] = {in};
-    algorithms::reduce(dtype, op, out, srcs, &scale, 1, count, 1);
-    return {};
-  }
+  if (n == 1) return algorithms::single_rank_reduce(*this, local, d, in, out);
   const size_t esz = local.ok() ? dtype_size(dtype) : 1;
   // Staging holds one region per destination rank.
   const size_t chunk = staging_bytes / (esz * n);
@@ -183,14 +146,14 @@ Status Group::Impl::reduce_scatter(const void* in, void* out, size_t count, DTyp
   return run(
       d, rounds,
       [&](size_t k) {
-        const size_t off = k * chunk, m = std::min(chunk, count - std::min(count, off));
+        const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
         for (int q = 0; q < n; ++q) {
           copy_bytes(staging(me) + q * region,
                      static_cast<const char*>(in) + (q * count + off) * esz, m * esz);
         }
       },
       [&](size_t k) {
-        const size_t off = k * chunk, m = std::min(chunk, count - std::min(count, off));
+        const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
         for (int p = 0; p < n; ++p) {
           srcs[p] = staging(p) + me * region;
           scales[p] = slot(p).desc.scale;
