@@ -98,6 +98,10 @@ struct Group::Impl {
   // Every rank checks it can map every peer's arena buffers; agreed by a round.
   Status check_direct(const char* what, std::vector<char*>* in, std::vector<char*>* out);
 
+  // out[0, count) = reduction, in rank order, of every rank's staging at
+  // `offset` (with each rank's PREMUL_SUM factor).
+  void reduce_staged(const Descriptor& d, size_t offset, void* out, size_t count);
+
   Status begin(const char* what);  // aborted group check
   Status invalid(Descriptor& desc, const std::string& message);
   std::string describe(const Descriptor& d) const;

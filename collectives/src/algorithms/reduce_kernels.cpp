@@ -152,22 +152,20 @@ using Kernel = void (*)(void*, const void* const*, const double*, int, size_t, i
                        n, count, divisor);                                                    \
   }
 
-// Every op a floating type supports, and every op an integer type supports.
-#define NEURONCOLL_FLOAT_KERNELS(P, S)     \
-  NEURONCOLL_KERNEL(P##_sum, S, OpSum)     \
-  NEURONCOLL_KERNEL(P##_avg, S, OpAvg)     \
-  NEURONCOLL_KERNEL(P##_prod, S, OpProd)   \
-  NEURONCOLL_KERNEL(P##_min, S, OpMin)     \
-  NEURONCOLL_KERNEL(P##_max, S, OpMax)     \
-  NEURONCOLL_KERNEL(P##_premul, S, OpPremul)
-#define NEURONCOLL_INT_KERNELS(P, S)     \
+// The ops of every numeric type, then those of floating and integer types.
+#define NEURONCOLL_COMMON_KERNELS(P, S)  \
   NEURONCOLL_KERNEL(P##_sum, S, OpSum)   \
   NEURONCOLL_KERNEL(P##_avg, S, OpAvg)   \
   NEURONCOLL_KERNEL(P##_prod, S, OpProd) \
   NEURONCOLL_KERNEL(P##_min, S, OpMin)   \
-  NEURONCOLL_KERNEL(P##_max, S, OpMax)   \
-  NEURONCOLL_KERNEL(P##_and, S, OpAnd)   \
-  NEURONCOLL_KERNEL(P##_or, S, OpOr)     \
+  NEURONCOLL_KERNEL(P##_max, S, OpMax)
+#define NEURONCOLL_FLOAT_KERNELS(P, S) \
+  NEURONCOLL_COMMON_KERNELS(P, S)      \
+  NEURONCOLL_KERNEL(P##_premul, S, OpPremul)
+#define NEURONCOLL_INT_KERNELS(P, S)   \
+  NEURONCOLL_COMMON_KERNELS(P, S)      \
+  NEURONCOLL_KERNEL(P##_and, S, OpAnd) \
+  NEURONCOLL_KERNEL(P##_or, S, OpOr)   \
   NEURONCOLL_KERNEL(P##_xor, S, OpXor)
 
 NEURONCOLL_FLOAT_KERNELS(f32, float)

@@ -18,6 +18,17 @@ namespace neuroncoll {
 using algorithms::ceil_div;
 using algorithms::copy_bytes;
 
+void Group::Impl::reduce_staged(const Descriptor& d, size_t offset, void* out, size_t count) {
+  const int n = size();
+  std::vector<const void*> srcs(n);
+  std::vector<double> scales(n);
+  for (int p = 0; p < n; ++p) {
+    srcs[p] = staging(p) + offset;
+    scales[p] = slot(p).desc.scale;
+  }
+  algorithms::reduce(d.dtype, d.op, out, srcs.data(), scales.data(), n, count, n);
+}
+
 Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                                double scale) {
   NEURONCOLL_RETURN_IF_ERROR(begin("all_reduce"));
@@ -39,9 +50,7 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
     return run(
         d, 1, [&](size_t) { copy_bytes(staging(me), in, bytes); },
         [&](size_t) {
-          gather_scales();
-          for (int p = 0; p < n; ++p) srcs[p] = staging(p);
-          algorithms::reduce(dtype, op, out, srcs.data(), scales.data(), n, count, n);
+          reduce_staged(d, 0, out, count);
           return Status{};
         });
   }
@@ -84,8 +93,7 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
     NEURONCOLL_RETURN_IF_ERROR(round("all_reduce"));
     size_t b, e;
     slice_of(m, esz, n, me, &b, &e);
-    for (int p = 0; p < n; ++p) srcs[p] = staging(p) + b * esz;
-    algorithms::reduce(dtype, op, staging(me) + b * esz, srcs.data(), scales.data(), n, e - b, n);
+    reduce_staged(d, b * esz, staging(me) + b * esz, e - b);
     NEURONCOLL_RETURN_IF_ERROR(round("all_reduce"));
     for (int p = 0; p < n; ++p) {
       slice_of(m, esz, n, p, &b, &e);
@@ -107,8 +115,6 @@ Status Group::Impl::reduce(const void* in, void* out, size_t count, DType dtype,
   const size_t esz = local.ok() ? dtype_size(dtype) : 1;
   const size_t chunk = staging_bytes / esz;
   const size_t rounds = std::max<size_t>(1, ceil_div(count, chunk));
-  std::vector<const void*> srcs(n);
-  std::vector<double> scales(n);
   return run(
       d, rounds,
       [&](size_t k) {
@@ -116,14 +122,9 @@ Status Group::Impl::reduce(const void* in, void* out, size_t count, DType dtype,
         copy_bytes(staging(me), static_cast<const char*>(in) + off * esz, m * esz);
       },
       [&](size_t k) {
-        if (me != root) return Status{};
-        const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
-        for (int p = 0; p < n; ++p) {
-          srcs[p] = staging(p);
-          scales[p] = slot(p).desc.scale;
+        if (me == root) {
+          reduce_staged(d, 0, static_cast<char*>(out) + k * chunk * esz, algorithms::part(count, chunk, k));
         }
-        algorithms::reduce(dtype, op, static_cast<char*>(out) + off * esz, srcs.data(),
-                           scales.data(), n, m, n);
         return Status{};
       });
 }
@@ -141,8 +142,6 @@ Status Group::Impl::reduce_scatter(const void* in, void* out, size_t count, DTyp
   const size_t chunk = staging_bytes / (esz * n);
   const size_t region = chunk * esz;
   const size_t rounds = std::max<size_t>(1, ceil_div(count, chunk));
-  std::vector<const void*> srcs(n);
-  std::vector<double> scales(n);
   return run(
       d, rounds,
       [&](size_t k) {
@@ -153,13 +152,8 @@ Status Group::Impl::reduce_scatter(const void* in, void* out, size_t count, DTyp
         }
       },
       [&](size_t k) {
-        const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
-        for (int p = 0; p < n; ++p) {
-          srcs[p] = staging(p) + me * region;
-          scales[p] = slot(p).desc.scale;
-        }
-        algorithms::reduce(dtype, op, static_cast<char*>(out) + off * esz, srcs.data(),
-                           scales.data(), n, m, n);
+        reduce_staged(d, me * region, static_cast<char*>(out) + k * chunk * esz,
+                      algorithms::part(count, chunk, k));
         return Status{};
       });
 }
