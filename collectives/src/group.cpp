@@ -201,16 +201,25 @@ Status Group::Impl::run(Descriptor desc, size_t rounds, const std::function<void
   NEURONCOLL_RETURN_IF_ERROR(acquire(what));
   if (!desc.invalid && rounds > 0) write(0);
   NEURONCOLL_RETURN_IF_ERROR(exchange(desc));
-  for (size_t k = 0; k < rounds; ++k) {
-    if (k > 0) {
-      NEURONCOLL_RETURN_IF_ERROR(acquire(what));
-      write(k);
-      NEURONCOLL_RETURN_IF_ERROR(round(what));
-    }
+  if (rounds == 0) {
+    release();
+    return {};
+  }
+  NEURONCOLL_RETURN_IF_ERROR(read(0));
+  release();
+  return staged_rounds(1, rounds, write, read, what);
+}
+
+Status Group::Impl::staged_rounds(size_t first, size_t rounds,
+                                  const std::function<void(size_t)>& write,
+                                  const std::function<Status(size_t)>& read, const char* what) {
+  for (size_t k = first; k < rounds; ++k) {
+    NEURONCOLL_RETURN_IF_ERROR(acquire(what));
+    write(k);
+    NEURONCOLL_RETURN_IF_ERROR(round(what));
     NEURONCOLL_RETURN_IF_ERROR(read(k));
     release();
   }
-  if (rounds == 0) release();
   return {};
 }
 
@@ -223,8 +232,9 @@ Status Group::Impl::check_direct(const char* what, std::vector<char*>* in,
     const Descriptor& d = slot(p).desc;
     void* pi = nullptr;
     void* po = nullptr;
-    Status s = arenas.resolve(d.in, &pi);
-    if (s.ok()) s = arenas.resolve(d.out, &po);
+    // Only the buffers a rank described (uid 0: not needed by this collective).
+    Status s = d.in.uid ? arenas.resolve(d.in, &pi) : Status();
+    if (s.ok() && d.out.uid) s = arenas.resolve(d.out, &po);
     if (!s.ok()) failure = "rank " + std::to_string(p) + "'s buffers: " + s.message();
     (*in)[p] = static_cast<char*>(pi);
     (*out)[p] = static_cast<char*>(po);

@@ -93,9 +93,14 @@ struct Group::Impl {
   // peers' descriptors. On any failure every rank returns an error.
   Status run(Descriptor desc, size_t rounds, const std::function<void(size_t)>& write,
              const std::function<Status(size_t)>& read);
+  // Rounds k = first..rounds-1 of acquire, write(k), round, read(k), release
+  // (what run() does after the descriptor round).
+  Status staged_rounds(size_t first, size_t rounds, const std::function<void(size_t)>& write,
+                       const std::function<Status(size_t)>& read, const char* what);
   // The descriptor round alone (caller did acquire and its writes).
   Status exchange(Descriptor& desc);
-  // Every rank checks it can map every peer's arena buffers; agreed by a round.
+  // Every rank checks it can map the arena buffers every peer described;
+  // agreed by a round.
   Status check_direct(const char* what, std::vector<char*>* in, std::vector<char*>* out);
 
   // out[0, count) = reduction, in rank order, of every rank's staging at

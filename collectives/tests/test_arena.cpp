@@ -84,6 +84,49 @@ TEST(DirectAccess, AllReduceFromArenasThreads) {
   EXPECT_EQ(nctest::failures(nctest::run_threads(o, [](Ctx& c) { return direct_body(c, false); })), "");
 }
 
+// broadcast from an arena, all_gather from arenas (also in place: the input
+// is this rank's block of the output), and the staged fallbacks when the
+// buffers are ordinary memory.
+std::string direct_copies_body(Ctx& c) {
+  NC_NEED_GROUP(c);
+  const int n = c.group->size(), me = c.rank;
+  std::unique_ptr<SharedArena> arena;
+  NC_CHECK_OK(SharedArena::create(8 << 20, &arena));
+  const size_t count = 50001, bytes = count * 4;
+  std::vector<std::vector<uint8_t>> inputs;
+  for (int r = 0; r < n; ++r) inputs.push_back(nctest::make_input(DType::kFloat32, r, count));
+  auto* buf = static_cast<uint8_t*>(arena->allocate(bytes, 64));
+  auto* gathered = static_cast<uint8_t*>(arena->allocate(n * bytes, 64));
+  for (bool in_arena : {true, false}) {
+    std::vector<uint8_t> plain(bytes), plain_out(n * bytes);
+    uint8_t* b = in_arena ? buf : plain.data();
+    uint8_t* g = in_arena ? gathered : plain_out.data();
+    const int root = n - 1;
+    std::memcpy(b, inputs[me == root ? root : 0].data(), bytes);
+    if (me != root) std::memset(b, 0, bytes);
+    NC_CHECK_OK(c.group->broadcast(b, count, DType::kFloat32, root));
+    NC_CHECK(std::memcmp(b, inputs[root].data(), bytes) == 0, "broadcast");
+    std::memcpy(b, inputs[me].data(), bytes);
+    NC_CHECK_OK(c.group->all_gather(b, g, count, DType::kFloat32));
+    for (int p = 0; p < n; ++p) NC_CHECK(std::memcmp(g + p * bytes, inputs[p].data(), bytes) == 0, "all_gather");
+    std::memset(g, 0, n * bytes);
+    std::memcpy(g + me * bytes, inputs[me].data(), bytes);
+    NC_CHECK_OK(c.group->all_gather(g + me * bytes, g, count, DType::kFloat32));
+    for (int p = 0; p < n; ++p) NC_CHECK(std::memcmp(g + p * bytes, inputs[p].data(), bytes) == 0, "all_gather in place");
+    const GroupStats st = c.group->stats();
+    NC_CHECK(st.direct_broadcasts == 1 && st.direct_all_gathers == 2,
+             "direct counts " + std::to_string(st.direct_broadcasts) + " " + std::to_string(st.direct_all_gathers));
+  }
+  return "";
+}
+
+TEST(DirectAccess, BroadcastAndAllGatherFromArenas) {
+  nctest::Options o;
+  o.size = 3;
+  EXPECT_EQ(nctest::failures(nctest::run_processes(o, direct_copies_body)), "");
+  EXPECT_EQ(nctest::failures(nctest::run_threads(o, direct_copies_body)), "");
+}
+
 TEST(DirectAccess, OneRankOutsideAnArenaUsesStaging) {
   nctest::Options o;
   o.size = 2;

@@ -43,6 +43,8 @@ struct GroupStats {
   uint64_t small_all_reduces = 0;    // one round, reduced locally from staging
   uint64_t chunked_all_reduces = 0;  // reduce-scatter + all-gather through staging
   uint64_t direct_all_reduces = 0;   // read straight from peers' arenas
+  uint64_t direct_broadcasts = 0;    // copied straight from the root's arena
+  uint64_t direct_all_gathers = 0;   // copied straight from peers' arenas
 };
 
 class Group {

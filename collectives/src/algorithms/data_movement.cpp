@@ -23,17 +23,28 @@ Status Group::Impl::broadcast(void* buffer, size_t count, DType dtype, int root)
     return local;
   }
   const size_t esz = local.ok() ? dtype_size(dtype) : 1;
+  const size_t bytes = count * esz;
   const size_t chunk = staging_bytes / esz;
+  const size_t rounds = std::max<size_t>(1, ceil_div(count, chunk));
   char* buf = static_cast<char*>(buffer);
-  return run(
-      d, std::max<size_t>(1, ceil_div(count, chunk)),
-      [&](size_t k) {
-        if (me == root) copy_bytes(staging(root), buf + k * chunk * esz, part(count, chunk, k) * esz);
-      },
-      [&](size_t k) {
-        if (me != root) copy_bytes(buf + k * chunk * esz, staging(root), part(count, chunk, k) * esz);
-        return Status{};
-      });
+  auto write = [&](size_t k) {
+    if (me == root) copy_bytes(staging(root), buf + k * chunk * esz, part(count, chunk, k) * esz);
+  };
+  auto read = [&](size_t k) {
+    if (me != root) copy_bytes(buf + k * chunk * esz, staging(root), part(count, chunk, k) * esz);
+    return Status{};
+  };
+  if (bytes <= small_message_bytes) return run(d, rounds, write, read);
+  // Large, with the root's buffer in an arena: peers copy from it directly.
+  if (local.ok() && me == root) d.in = transport::find_arena(buffer, bytes);
+  NEURONCOLL_RETURN_IF_ERROR(acquire("broadcast"));
+  NEURONCOLL_RETURN_IF_ERROR(exchange(d));
+  if (!slot(root).desc.in.uid) return staged_rounds(0, rounds, write, read, "broadcast");
+  std::vector<char*> pin, pout;
+  NEURONCOLL_RETURN_IF_ERROR(check_direct("broadcast", &pin, &pout));
+  ++stats.direct_broadcasts;
+  if (me != root) copy_bytes(buf, pin[root], bytes);
+  return round("broadcast");  // the root's buffer is free again
 }
 
 Status Group::Impl::all_gather(const void* in, void* out, size_t count, DType dtype) {
@@ -54,21 +65,38 @@ Status Group::Impl::gather_to(Kind kind, const void* in, void* out, size_t count
   Status local = algorithms::check_local(*this, d, in, out, true, receives);
   if (n == 1) return algorithms::single_rank_copy(*this, local, in, out, count * dtype_size(dtype));
   const size_t esz = local.ok() ? dtype_size(dtype) : 1;
+  const size_t bytes = count * esz;
   const size_t chunk = staging_bytes / esz;
-  return run(
-      d, std::max<size_t>(1, ceil_div(count, chunk)),
-      [&](size_t k) {
-        copy_bytes(staging(me), static_cast<const char*>(in) + k * chunk * esz,
-                   part(count, chunk, k) * esz);
-      },
-      [&](size_t k) {
-        if (!receives) return Status{};
-        for (int p = 0; p < n; ++p) {
-          copy_bytes(static_cast<char*>(out) + (p * count + k * chunk) * esz, staging(p),
-                     part(count, chunk, k) * esz);
-        }
-        return Status{};
-      });
+  const size_t rounds = std::max<size_t>(1, ceil_div(count, chunk));
+  auto write = [&](size_t k) {
+    copy_bytes(staging(me), static_cast<const char*>(in) + k * chunk * esz,
+               part(count, chunk, k) * esz);
+  };
+  auto read = [&](size_t k) {
+    if (!receives) return Status{};
+    for (int p = 0; p < n; ++p) {
+      copy_bytes(static_cast<char*>(out) + (p * count + k * chunk) * esz, staging(p),
+                 part(count, chunk, k) * esz);
+    }
+    return Status{};
+  };
+  if (kind != Kind::kAllGather || bytes <= small_message_bytes) return run(d, rounds, write, read);
+  // Large all_gather with every rank's input in an arena: each rank copies
+  // its peers' inputs straight into its output.
+  if (local.ok()) d.in = transport::find_arena(in, bytes);
+  NEURONCOLL_RETURN_IF_ERROR(acquire("all_gather"));
+  NEURONCOLL_RETURN_IF_ERROR(exchange(d));
+  bool direct = true;
+  for (int p = 0; p < n; ++p) direct = direct && slot(p).desc.in.uid;
+  if (!direct) return staged_rounds(0, rounds, write, read, "all_gather");
+  std::vector<char*> pin, pout;
+  NEURONCOLL_RETURN_IF_ERROR(check_direct("all_gather", &pin, &pout));
+  ++stats.direct_all_gathers;
+  for (int p = 0; p < n; ++p) {
+    char* dst = static_cast<char*>(out) + p * bytes;
+    if (dst != pin[p]) copy_bytes(dst, pin[p], bytes);
+  }
+  return round("all_gather");  // peers are done reading this rank's input
 }
 
 Status Group::Impl::scatter(const void* in, void* out, size_t count, DType dtype, int root) {
