@@ -21,7 +21,8 @@ constexpr size_t kPage = 4096;
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 size_t segment_bytes(int size, size_t staging) {
-  return round_up(sizeof(SegmentHeader) + sizeof(RankSlot) * size, kPage) + staging * size;
+  return round_up(sizeof(SegmentHeader) + sizeof(RankSlot) * size, kPage) + staging * size +
+         static_cast<size_t>(size) * size * (sizeof(Channel) + kChannelBytes);
 }
 
 // This process's pid namespace, as an inode number (0 if unknown).
@@ -334,6 +335,8 @@ Status Group::create(const GroupOptions& o, std::unique_ptr<Group>* group) {
   impl->small_message_bytes = std::min<size_t>(impl->header->small_message_bytes, impl->staging_bytes);
   impl->staging_base = static_cast<char*>(impl->segment.data()) +
                        round_up(sizeof(SegmentHeader) + sizeof(RankSlot) * o.size, kPage);
+  impl->sent_chunks.assign(o.size, 0);
+  impl->received_chunks.assign(o.size, 0);
   // Everyone mapped and arrived, or the name is removed anyway.
   Descriptor d;
   d.kind = Kind::kCreate;
@@ -395,6 +398,12 @@ Status Group::all_to_all(const void* in, std::span<const size_t> send_counts, vo
                                         std::to_string(recv_counts.size())};
   }
   return impl_->all_to_all(in, send_counts.data(), out, recv_counts.data(), dtype);
+}
+Status Group::send(const void* buffer, size_t count, DType dtype, int peer, int tag) {
+  return impl_->send(buffer, count, dtype, peer, tag);
+}
+Status Group::recv(void* buffer, size_t count, DType dtype, int peer, int tag) {
+  return impl_->recv(buffer, count, dtype, peer, tag);
 }
 Status Group::barrier() {
   NEURONCOLL_RETURN_IF_ERROR(impl_->begin("barrier"));

@@ -53,6 +53,23 @@ struct alignas(64) RankSlot {
   char direct_message[200] = {};
 };
 
+// One direction of a point-to-point link (sender -> receiver), followed in
+// the segment by kChannelBytes of data. The sender posts `sent` per chunk,
+// the receiver `acked`; `refused` carries the receiver's mismatch verdict
+// back to the sender's next send.
+inline constexpr size_t kChannelBytes = 64 << 10;
+struct alignas(64) Channel {
+  transport::Flag sent;
+  transport::Flag acked;
+  uint64_t count;       // elements of the message
+  uint32_t dtype;
+  int32_t tag;
+  uint64_t chunk;       // index of this chunk
+  uint64_t chunks;      // of the message
+  uint32_t refused;     // set by the receiver, cleared by the sender
+  char message[200];
+};
+
 struct alignas(64) SegmentHeader {
   uint64_t magic;
   uint32_t size;
@@ -80,6 +97,16 @@ struct Group::Impl {
   int size() const { return options.size; }
   RankSlot& slot(int r) { return slots[r]; }
   char* staging(int r) { return staging_base + static_cast<size_t>(r) * staging_bytes; }
+  // Point-to-point channels, after the staging buffers.
+  Channel& channel(int from, int to) {
+    char* base = staging_base + static_cast<size_t>(size()) * staging_bytes;
+    return *reinterpret_cast<Channel*>(base + (static_cast<size_t>(from) * size() + to) *
+                                                  (sizeof(Channel) + kChannelBytes));
+  }
+  char* channel_data(int from, int to) {
+    return reinterpret_cast<char*>(&channel(from, to)) + sizeof(Channel);
+  }
+  std::vector<uint32_t> sent_chunks, received_chunks;  // per peer
 
   // Protocol steps (see the file comment). `what` names the collective in errors.
   Status round(const char* what);
@@ -124,6 +151,8 @@ struct Group::Impl {
   Status scatter(const void* in, void* out, size_t count, DType dtype, int root);
   Status all_to_all(const void* in, const size_t* send_counts, void* out,
                     const size_t* recv_counts, DType dtype);
+  Status send(const void* buffer, size_t count, DType dtype, int peer, int tag);
+  Status recv(void* buffer, size_t count, DType dtype, int peer, int tag);
 };
 
 // [begin, end) of part `r` of `n` of `count` elements, cut at 64-byte units.

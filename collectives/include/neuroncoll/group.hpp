@@ -84,6 +84,15 @@ class Group {
                     std::span<const size_t> recv_counts, DType dtype);
   Status barrier();
 
+  // Point to point, in order per (sender, receiver) pair; `tag`, `count` and
+  // `dtype` must match the peer's call (the receiver returns kMismatch, the
+  // sender learns of it as kPeerError at its next send to that peer, which is
+  // then not made). A send
+  // returns once its data is in the channel (64 KiB; longer messages wait
+  // for the receiver chunk by chunk), so ranks may send to each other first.
+  Status send(const void* buffer, size_t count, DType dtype, int peer, int tag = 0);
+  Status recv(void* buffer, size_t count, DType dtype, int peer, int tag = 0);
+
   struct Impl;
 
  private:
