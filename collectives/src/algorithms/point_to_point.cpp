@@ -11,22 +11,33 @@ using algorithms::copy_bytes;
 
 namespace {
 
-Status check_peer(const Group::Impl& g, int peer, const char* what) {
+Status check_args(const Group::Impl& g, int peer, DType dtype, size_t count, const void* buffer,
+                  const char* what) {
   if (peer < 0 || peer >= g.size() || peer == g.rank()) {
     return {Code::kInvalidArgument, std::string(what) + ": peer " + std::to_string(peer) +
                                         " is not another rank of a group of size " +
                                         std::to_string(g.size())};
   }
+  if (static_cast<int>(dtype) >= kNumDTypes) return {Code::kInvalidArgument, std::string(what) + ": unknown dtype"};
+  if (count > 0 && !buffer) return {Code::kInvalidArgument, std::string(what) + ": null buffer"};
   return {};
+}
+
+// A timed-out wait breaks the group (the channel is no longer in step).
+Status timed_out(Group::Impl& g, const char* what, int peer, const char* waiting_for) {
+  g.broken = Status(Code::kTimeout, std::string(what) + " rank " + std::to_string(peer) +
+                                        " (group '" + g.options.name + "'): timed out after " +
+                                        std::to_string(g.options.timeout.count()) +
+                                        " ms waiting for rank " + std::to_string(peer) + " to " +
+                                        waiting_for);
+  return g.broken;
 }
 
 }  // namespace
 
 Status Group::Impl::send(const void* buffer, size_t count, DType dtype, int peer, int tag) {
   NEURONCOLL_RETURN_IF_ERROR(begin("send"));
-  NEURONCOLL_RETURN_IF_ERROR(check_peer(*this, peer, "send"));
-  if (static_cast<int>(dtype) >= kNumDTypes) return {Code::kInvalidArgument, "send: unknown dtype"};
-  if (count > 0 && !buffer) return {Code::kInvalidArgument, "send: null buffer"};
+  NEURONCOLL_RETURN_IF_ERROR(check_args(*this, peer, dtype, count, buffer, "send"));
   Channel& ch = channel(rank(), peer);
   const size_t bytes = count * dtype_size(dtype);
   const size_t chunks = std::max<size_t>(1, algorithms::ceil_div(bytes, kChannelBytes));
@@ -34,12 +45,7 @@ Status Group::Impl::send(const void* buffer, size_t count, DType dtype, int peer
   for (size_t k = 0; k < chunks; ++k) {
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
     if (!transport::wait_reached(ch.acked, sent_chunks[peer], deadline)) {
-      broken = Status(Code::kTimeout, "send to rank " + std::to_string(peer) + " (group '" +
-                                          options.name + "'): timed out after " +
-                                          std::to_string(options.timeout.count()) +
-                                          " ms waiting for rank " + std::to_string(peer) +
-                                          " to receive");
-      return broken;
+      return timed_out(*this, "send to", peer, "receive");
     }
     if (ch.refused) {
       // The receiver refuses at a message's first chunk: seen here at k > 0,
@@ -66,21 +72,14 @@ Status Group::Impl::send(const void* buffer, size_t count, DType dtype, int peer
 
 Status Group::Impl::recv(void* buffer, size_t count, DType dtype, int peer, int tag) {
   NEURONCOLL_RETURN_IF_ERROR(begin("recv"));
-  NEURONCOLL_RETURN_IF_ERROR(check_peer(*this, peer, "recv"));
-  if (static_cast<int>(dtype) >= kNumDTypes) return {Code::kInvalidArgument, "recv: unknown dtype"};
-  if (count > 0 && !buffer) return {Code::kInvalidArgument, "recv: null buffer"};
+  NEURONCOLL_RETURN_IF_ERROR(check_args(*this, peer, dtype, count, buffer, "recv"));
   Channel& ch = channel(peer, rank());
   const size_t bytes = count * dtype_size(dtype);
   Status verdict;
   for (size_t k = 0;; ++k) {
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
     if (!transport::wait_reached(ch.sent, received_chunks[peer] + 1, deadline)) {
-      broken = Status(Code::kTimeout, "recv from rank " + std::to_string(peer) + " (group '" +
-                                          options.name + "'): timed out after " +
-                                          std::to_string(options.timeout.count()) +
-                                          " ms waiting for rank " + std::to_string(peer) +
-                                          " to send");
-      return broken;
+      return timed_out(*this, "recv from", peer, "send");
     }
     if (k == 0 && (ch.count != count || ch.dtype != static_cast<uint32_t>(dtype) || ch.tag != tag)) {
       verdict = Status(Code::kMismatch,
