@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test: the C++ suites of runtime/ and kernels/ (plain, ASan+UBSan,
+# Runs every test: the C++ suites of runtime/, kernels/ and collectives/ (plain, ASan+UBSan,
 # TSan; the kernels' suite at every instruction-set level this CPU runs), the
 # check that no test binary has ISA code outside the kernels' ISA namespaces,
 # and the Python suite, whose tests of the device's own kernels run again at
@@ -12,14 +12,14 @@ JOBS="${TORCHNEURON_BUILD_JOBS:-$(nproc)}"
 # The torch-free libraries, by folder. Each folder defines its library with
 # torch_free_library(<name> ...) (cmake/TorchFreeLibrary.cmake), whose
 # sanitizer option is named after the library: <NAME>_SANITIZE.
-TORCH_FREE_FOLDERS=(runtime kernels)
+TORCH_FREE_FOLDERS=(runtime kernels collectives)
 sanitize_option() {  # project folder
   local name
   name="$(sed -n 's/^torch_free_library(\([A-Za-z0-9_]*\).*/\1/p' "$ROOT/$1/CMakeLists.txt")"
   [ -n "$name" ] || { echo "$1/CMakeLists.txt defines no torch_free_library()" >&2; exit 1; }
   echo "${name^^}_SANITIZE"
 }
-run_ctest() {  # project folder (runtime, kernels), build dir suffix, sanitizers
+run_ctest() {  # project folder (one of TORCH_FREE_FOLDERS), build dir suffix, sanitizers
   local dir="$ROOT/build/$1$2" var
   var="$(sanitize_option "$1")"
   step "C++ tests of $1/${3:+ ($3)}"

@@ -1,0 +1,161 @@
+// Group::Impl: the shared control segment of a group and the round protocol
+// every collective is built from.
+//
+// Segment: a header, one slot per rank (its progress flag, its descriptor of
+// the current collective) and one staging buffer per rank. A rank publishes
+// progress as a step counter: a *round* posts the next step and waits until
+// every peer posted it (a barrier that also publishes whatever the rank wrote
+// before it); a *release* posts a step without waiting, saying "I finished
+// reading your slots and staging". A rank rewrites its own slot or staging
+// only after every peer reached its last release (`acquire`), so the wait for
+// slow readers is paid at the next write, usually when it has already passed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "neuroncoll/group.hpp"
+#include "transport/arena_registry.hpp"
+#include "transport/flag_wait.hpp"
+#include "transport/shm_segment.hpp"
+
+namespace neuroncoll {
+
+enum class Kind : uint32_t {
+  kCreate, kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kGather, kScatter,
+  kAllToAll, kBarrier, kDirectCheck,
+};
+const char* kind_name(Kind kind);
+
+// What one rank says it is calling; compared across ranks before any data is used.
+struct Descriptor {
+  uint64_t seq = 0;  // collectives issued on this group so far
+  Kind kind = Kind::kBarrier;
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  bool uses_op = false;
+  int32_t root = -1;
+  uint64_t count = 0;
+  double scale = 1.0;               // this rank's PREMUL_SUM factor
+  transport::ArenaRef in, out;      // where this rank's buffers live, if in an arena
+  uint32_t invalid = 0;             // this rank found its own arguments invalid
+  char message[200] = {};           // ... and why
+};
+
+struct alignas(64) RankSlot {
+  transport::Flag flag;
+  Descriptor desc;
+  // check_direct's verdict (apart from `desc`, which peers may still read).
+  uint32_t direct_failed = 0;
+  char direct_message[200] = {};
+};
+
+// One direction of a point-to-point link (sender -> receiver), followed in
+// the segment by kChannelBytes of data. The sender posts `sent` per chunk,
+// the receiver `acked`; `refused` carries the receiver's mismatch verdict
+// back to the sender's next send.
+inline constexpr size_t kChannelBytes = 64 << 10;
+struct alignas(64) Channel {
+  transport::Flag sent;
+  transport::Flag acked;
+  uint64_t count;       // elements of the message
+  uint32_t dtype;
+  int32_t tag;
+  uint64_t chunk;       // index of this chunk
+  uint64_t chunks;      // of the message
+  uint32_t refused;     // set by the receiver, cleared by the sender
+  char message[200];
+};
+
+struct alignas(64) SegmentHeader {
+  uint64_t magic;
+  uint32_t size;
+  uint32_t reserved;
+  uint64_t staging_bytes;
+  uint64_t small_message_bytes;
+};
+
+struct Group::Impl {
+  GroupOptions options;
+  transport::ShmSegment segment;
+  SegmentHeader* header = nullptr;
+  RankSlot* slots = nullptr;
+  char* staging_base = nullptr;
+  size_t staging_bytes = 0;
+  size_t small_message_bytes = 0;
+  uint32_t step = 0;
+  bool pending_release = false;
+  uint64_t seq = 0;
+  Status broken;  // first timeout; later calls return kAborted
+  transport::PeerArenas arenas;
+  GroupStats stats;
+
+  int rank() const { return options.rank; }
+  int size() const { return options.size; }
+  RankSlot& slot(int r) { return slots[r]; }
+  char* staging(int r) { return staging_base + static_cast<size_t>(r) * staging_bytes; }
+  // Point-to-point channels, after the staging buffers.
+  Channel& channel(int from, int to) {
+    char* base = staging_base + static_cast<size_t>(size()) * staging_bytes;
+    return *reinterpret_cast<Channel*>(base + (static_cast<size_t>(from) * size() + to) *
+                                                  (sizeof(Channel) + kChannelBytes));
+  }
+  char* channel_data(int from, int to) {
+    return reinterpret_cast<char*>(&channel(from, to)) + sizeof(Channel);
+  }
+  std::vector<uint32_t> sent_chunks, received_chunks;  // per peer
+
+  // Protocol steps (see the file comment). `what` names the collective in errors.
+  Status round(const char* what);
+  void release();
+  Status acquire(const char* what);
+  Status wait_all(uint32_t target, const char* what);
+
+  // Starts a collective: acquire, `write(0)` into own staging, descriptor
+  // round, agreement check; then `read(0)`, release, and for k = 1..rounds-1
+  // acquire, write(k), round, read(k), release. `write`/`read` see validated
+  // peers' descriptors. On any failure every rank returns an error.
+  Status run(Descriptor desc, size_t rounds, const std::function<void(size_t)>& write,
+             const std::function<Status(size_t)>& read);
+  // Rounds k = first..rounds-1 of acquire, write(k), round, read(k), release
+  // (what run() does after the descriptor round).
+  Status staged_rounds(size_t first, size_t rounds, const std::function<void(size_t)>& write,
+                       const std::function<Status(size_t)>& read, const char* what);
+  // The descriptor round alone (caller did acquire and its writes).
+  Status exchange(Descriptor& desc);
+  // Every rank checks it can map the arena buffers every peer described;
+  // agreed by a round.
+  Status check_direct(const char* what, std::vector<char*>* in, std::vector<char*>* out);
+
+  // out[0, count) = reduction, in rank order, of every rank's staging at
+  // `offset` (with each rank's PREMUL_SUM factor).
+  void reduce_staged(const Descriptor& d, size_t offset, void* out, size_t count);
+
+  Status begin(const char* what);  // aborted group check
+  Status invalid(Descriptor& desc, const std::string& message);
+  std::string describe(const Descriptor& d) const;
+
+  // Collectives (src/algorithms/).
+  Status all_reduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op, double scale);
+  Status reduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op, int root,
+                double scale);
+  Status reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                        double scale);
+  Status broadcast(void* buffer, size_t count, DType dtype, int root);
+  Status all_gather(const void* in, void* out, size_t count, DType dtype);
+  Status gather(const void* in, void* out, size_t count, DType dtype, int root);
+  Status gather_to(Kind kind, const void* in, void* out, size_t count, DType dtype, int root);
+  Status scatter(const void* in, void* out, size_t count, DType dtype, int root);
+  Status all_to_all(const void* in, const size_t* send_counts, void* out,
+                    const size_t* recv_counts, DType dtype);
+  Status send(const void* buffer, size_t count, DType dtype, int peer, int tag);
+  Status recv(void* buffer, size_t count, DType dtype, int peer, int tag);
+};
+
+// [begin, end) of part `r` of `n` of `count` elements, cut at 64-byte units.
+void slice_of(size_t count, size_t elem_size, int n, int r, size_t* begin, size_t* end);
+
+}  // namespace neuroncoll

@@ -1,0 +1,136 @@
+// SharedArena blocks, and all_reduce reading peers' arena buffers directly.
+#include <gtest/gtest.h>
+
+#include "harness.hpp"
+#include "neuroncoll/arena.hpp"
+#include "reference.hpp"
+#include "transport/arena_registry.hpp"
+
+namespace {
+
+using namespace neuroncoll;
+using nctest::Ctx;
+
+TEST(SharedArena, AllocatesAlignedBlocksAndCoalesces) {
+  std::unique_ptr<SharedArena> arena;
+  ASSERT_TRUE(SharedArena::create(1 << 20, &arena).ok());
+  void* a = arena->allocate(1000, 64);
+  void* b = arena->allocate(5000, 4096);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 4096, 0u);
+  EXPECT_EQ(arena->allocate(2 << 20, 64), nullptr);
+  const auto ref = transport::find_arena(static_cast<char*>(b) + 10, 100);
+  EXPECT_NE(ref.uid, 0u);
+  EXPECT_EQ(ref.offset, static_cast<size_t>(static_cast<char*>(b) - static_cast<char*>(arena->base())) + 10);
+  EXPECT_EQ(transport::find_arena(&ref, sizeof(ref)).uid, 0u);
+  arena->deallocate(a);
+  arena->deallocate(b);
+  EXPECT_EQ(arena->allocated(), 0u);
+  void* whole = arena->allocate(1 << 20, 64);  // only possible once everything merged back
+  EXPECT_EQ(whole, arena->base());
+}
+
+// Large all_reduce with every rank's buffers in an arena of its own: the
+// direct path. `mixed`: rank 0 keeps its output outside, so staging is used.
+std::string direct_body(Ctx& c, bool mixed) {
+  NC_NEED_GROUP(c);
+  const int n = c.group->size();
+  std::unique_ptr<SharedArena> arena;
+  NC_CHECK_OK(SharedArena::create(8 << 20, &arena));
+  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt32}) {
+    for (size_t count : {size_t(50001), size_t(nctest::kSlowBuild ? 70000 : 300000)}) {
+      const size_t bytes = count * dtype_size(d);
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < n; ++r) inputs.push_back(nctest::make_input(d, r, count));
+      const auto want = nctest::reference_reduce(d, ReduceOp::kSum, inputs, count);
+      auto* in = static_cast<uint8_t*>(arena->allocate(bytes, 64));
+      NC_CHECK(in != nullptr, "arena full");
+      std::vector<uint8_t> outside(bytes);
+      auto* out = mixed && c.rank == 0 ? outside.data() : static_cast<uint8_t*>(arena->allocate(bytes, 64));
+      std::memcpy(in, inputs[c.rank].data(), bytes);
+      NC_CHECK_OK(c.group->all_reduce(in, out, count, d, ReduceOp::kSum));
+      std::string diff = nctest::compare_bytes(d, out, want.data(), count, "direct all_reduce");
+      NC_CHECK(diff.empty(), diff);
+      NC_CHECK_OK(c.group->all_reduce(in, in, count, d, ReduceOp::kSum));
+      diff = nctest::compare_bytes(d, in, want.data(), count, "direct all_reduce in place");
+      NC_CHECK(diff.empty(), diff);
+      const GroupStats st = c.group->stats();
+      if (mixed) {
+        // Out of place went through staging; in place (both in arenas) was direct.
+        NC_CHECK(st.direct_all_reduces > 0 && st.chunked_all_reduces > 0, "expected both paths");
+      } else {
+        NC_CHECK(st.direct_all_reduces > 0 && st.chunked_all_reduces == 0, "expected the direct path");
+      }
+      arena->deallocate(in);
+      if (out != outside.data()) arena->deallocate(out);
+    }
+  }
+  return "";
+}
+
+// The processes are forked after the threads test made arenas in the parent:
+// their arena ids must still differ.
+TEST(DirectAccess, AllReduceFromArenasProcesses) {
+  { std::unique_ptr<SharedArena> a; ASSERT_TRUE(SharedArena::create(4096, &a).ok()); }
+  nctest::Options o;
+  o.size = 3;
+  EXPECT_EQ(nctest::failures(nctest::run_processes(o, [](Ctx& c) { return direct_body(c, false); })), "");
+}
+
+TEST(DirectAccess, AllReduceFromArenasThreads) {
+  nctest::Options o;
+  o.size = 4;
+  EXPECT_EQ(nctest::failures(nctest::run_threads(o, [](Ctx& c) { return direct_body(c, false); })), "");
+}
+
+// broadcast from an arena, all_gather from arenas (also in place: the input
+// is this rank's block of the output), and the staged fallbacks when the
+// buffers are ordinary memory.
+std::string direct_copies_body(Ctx& c) {
+  NC_NEED_GROUP(c);
+  const int n = c.group->size(), me = c.rank;
+  std::unique_ptr<SharedArena> arena;
+  NC_CHECK_OK(SharedArena::create(8 << 20, &arena));
+  const size_t count = 50001, bytes = count * 4;
+  std::vector<std::vector<uint8_t>> inputs;
+  for (int r = 0; r < n; ++r) inputs.push_back(nctest::make_input(DType::kFloat32, r, count));
+  auto* buf = static_cast<uint8_t*>(arena->allocate(bytes, 64));
+  auto* gathered = static_cast<uint8_t*>(arena->allocate(n * bytes, 64));
+  for (bool in_arena : {true, false}) {
+    std::vector<uint8_t> plain(bytes), plain_out(n * bytes);
+    uint8_t* b = in_arena ? buf : plain.data();
+    uint8_t* g = in_arena ? gathered : plain_out.data();
+    const int root = n - 1;
+    std::memcpy(b, inputs[me == root ? root : 0].data(), bytes);
+    if (me != root) std::memset(b, 0, bytes);
+    NC_CHECK_OK(c.group->broadcast(b, count, DType::kFloat32, root));
+    NC_CHECK(std::memcmp(b, inputs[root].data(), bytes) == 0, "broadcast");
+    std::memcpy(b, inputs[me].data(), bytes);
+    NC_CHECK_OK(c.group->all_gather(b, g, count, DType::kFloat32));
+    for (int p = 0; p < n; ++p) NC_CHECK(std::memcmp(g + p * bytes, inputs[p].data(), bytes) == 0, "all_gather");
+    std::memset(g, 0, n * bytes);
+    std::memcpy(g + me * bytes, inputs[me].data(), bytes);
+    NC_CHECK_OK(c.group->all_gather(g + me * bytes, g, count, DType::kFloat32));
+    for (int p = 0; p < n; ++p) NC_CHECK(std::memcmp(g + p * bytes, inputs[p].data(), bytes) == 0, "all_gather in place");
+    const GroupStats st = c.group->stats();
+    NC_CHECK(st.direct_broadcasts == 1 && st.direct_all_gathers == 2,
+             "direct counts " + std::to_string(st.direct_broadcasts) + " " + std::to_string(st.direct_all_gathers));
+  }
+  return "";
+}
+
+TEST(DirectAccess, BroadcastAndAllGatherFromArenas) {
+  nctest::Options o;
+  o.size = 3;
+  EXPECT_EQ(nctest::failures(nctest::run_processes(o, direct_copies_body)), "");
+  EXPECT_EQ(nctest::failures(nctest::run_threads(o, direct_copies_body)), "");
+}
+
+TEST(DirectAccess, OneRankOutsideAnArenaUsesStaging) {
+  nctest::Options o;
+  o.size = 2;
+  EXPECT_EQ(nctest::failures(nctest::run_processes(o, [](Ctx& c) { return direct_body(c, true); })), "");
+}
+
+}  // namespace
