@@ -241,3 +241,28 @@ def test_grad_scaler_with_adam_matches_cpu(impl):
     torch.testing.assert_close(results[D][0], results["cpu"][0])
     torch.testing.assert_close(results[D][1], results["cpu"][1])
     assert results[D][2] == results["cpu"][2]
+
+
+def test_cuda_style_amp_namespace():
+    # torch.neuron.amp.autocast / GradScaler, spelled as torch.cuda.amp's.
+    import torch.neuron.amp as neuron_amp
+
+    assert neuron_amp is torch.neuron.amp
+    m = torch.nn.Linear(4, 4).to(D)
+    x = torch.randn(2, 4, device=D)
+    with torch.neuron.amp.autocast():
+        assert torch.is_autocast_enabled(D)
+        y = m(x)
+    assert y.dtype == torch.get_autocast_dtype(D)
+    with torch.neuron.amp.autocast(dtype=torch.float16):
+        assert m(x).dtype == torch.float16
+    with torch.neuron.amp.autocast(enabled=False):
+        assert m(x).dtype == torch.float32
+    scaler = torch.neuron.amp.GradScaler(init_scale=8.0)
+    assert isinstance(scaler, torch.amp.GradScaler) and scaler._device == D
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    scaler.scale(m(x).sum()).backward()
+    assert torch.equal(m.weight.grad.cpu(), torch.full((4, 4), 8.0) * x.cpu().sum(0))
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.get_scale() == 8.0

@@ -1,5 +1,6 @@
 """Makes PyTorch's PrivateUse1 backend the `neuron` device."""
 import atexit
+import sys
 import time
 
 import torch
@@ -21,6 +22,9 @@ def register():
     from . import device_module
 
     torch._register_device_module(BACKEND, device_module)
+    # `import torch.neuron.amp` as for torch.cuda.amp (submodules of a registered
+    # device module are attributes only).
+    sys.modules[f"torch.{BACKEND}.amp"] = device_module.amp
     # tensor.neuron(), module.neuron(), tensor.is_neuron, storage.neuron(), ...
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True

@@ -3,6 +3,7 @@
 Split by topic like torch.cuda: devices here, then streams, memory, random
 and amp in their own files.
 """
+from . import amp
 from ._amp import get_amp_supported_dtype, is_bf16_supported
 from ._device import (
     _is_in_bad_fork,
@@ -50,7 +51,7 @@ from ._streams import Event, Stream, StreamContext, current_stream, default_stre
 __all__ = [
     "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_generators",
     "default_stream", "device", "device_count", "device_of", "empty_cache",
-    "get_amp_supported_dtype", "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
+    "amp", "get_amp_supported_dtype", "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
     "get_rng_state_all", "init", "initial_seed", "is_available", "is_bf16_supported",
     "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",
