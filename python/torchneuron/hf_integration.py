@@ -1,4 +1,4 @@
-"""Hugging Face Accelerate / Transformers support for the `neuron` device.
+"""Hugging Face Accelerate / Transformers / Diffusers support for the `neuron` device.
 
 `from_pretrained(..., device_map="auto" | "balanced" | "balanced_low_0" |
 "sequential")` asks Accelerate how much memory each accelerator has, and
@@ -11,7 +11,7 @@ errors name the model that ran into them.
 Adaptations (1-4 and 8 wrap the original function and defer to it unchanged unless
 `neuron` is PyTorch's current accelerator, i.e.
 `torch.accelerator.current_accelerator().type == "neuron"`; 5 and 7 act only
-on models placed on a neuron device, 6 only on tensors on a neuron device):
+on models placed on a neuron device, 6 and 9 only on tensors on a neuron device):
 
 1. `accelerate.utils.imports.is_neuron_available`
    Accelerate's device detection (`PartialState`, `dispatch_model`, seeding,
@@ -111,6 +111,15 @@ on models placed on a neuron device, 6 only on tensors on a neuron device):
    with `torch.compile(backend="neuron")`, and `is_torch_bf16_gpu_available()`
    asks `torch.neuron.is_bf16_supported()`. Like the original, the answer is
    marked a constant for torch.compile (fixed for the process).
+
+9. `diffusers.utils.torch_utils.randn_tensor`
+   Diffusers draws every latent and noise tensor for a `neuron` device on the
+   CPU (AWS's devices cannot draw on device) and passed a neuron
+   `torch.Generator` along to that CPU draw, which failed with a misleading
+   "expected all tensors on one device". With neuron generators (one, or one
+   per sample) the wrapper draws on the device with them, as Diffusers does
+   for CUDA generators on CUDA; a CPU generator, or none, keeps Diffusers' CPU
+   draw (so a seeded CPU generator gives the CPU pipeline's numbers).
 
 Checked and left alone: the allocator warm-up of `from_pretrained`
 (`transformers.modeling_utils.caching_allocator_warmup`) reserves one block of
@@ -496,7 +505,26 @@ def _wrap_use_gqa_in_sdpa(original):
 # ------------------------------------------------------------ installation
 
 # module name -> [(function name, wrapper factory(original, module))]
+def _wrap_randn_tensor(original):
+    def randn_tensor(shape, generator=None, device=None, dtype=None, layout=None):
+        target = torch.device(device) if isinstance(device, str) else device
+        generators = generator if isinstance(generator, list) else [generator]
+        if (target is None or target.type != "neuron" or generator is None
+                or any(g is None or g.device.type != "neuron" for g in generators)):
+            return original(shape, generator=generator, device=device, dtype=dtype, layout=layout)
+        layout = layout or torch.strided
+        if len(generators) == 1:
+            return torch.randn(shape, generator=generators[0], device=target, dtype=dtype, layout=layout)
+        # One generator per sample, as Diffusers seeds a batch.
+        one = (1, *shape[1:])
+        return torch.cat([torch.randn(one, generator=g, device=target, dtype=dtype, layout=layout)
+                          for g in generators])
+
+    return randn_tensor
+
+
 _TARGETS = {
+    "diffusers.utils.torch_utils": [("randn_tensor", lambda f, m: _wrap_randn_tensor(f))],
     "accelerate.utils.imports": [("is_neuron_available", lambda f, m: _wrap_is_neuron_available(f))],
     "accelerate.utils.modeling": [("get_max_memory", _wrap_get_max_memory)],
     "transformers.integrations.accelerate": [
@@ -569,7 +597,7 @@ def _patch_module(module, rebind_copies=False, force=False):
             for other_name, other in list(sys.modules.items()):
                 if other is None or other is module:
                     continue
-                if not other_name.startswith(("accelerate", "transformers")):
+                if not other_name.startswith(("accelerate", "transformers", "diffusers")):
                     continue
                 try:
                     if other.__dict__.get(name) is original:
@@ -595,7 +623,7 @@ _finder = _PatchOnImport()
 
 def install():
     """Apply the adaptations (idempotent). Cheap: imports neither library."""
-    if not any(_findable(name) for name in ("accelerate", "transformers")):
+    if not any(_findable(name) for name in ("accelerate", "transformers", "diffusers")):
         return
     if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _finder)
