@@ -32,18 +32,17 @@ void run_program(const Program& p, const RunBuffers& b, ExternCalls& externs,
   std::vector<void*> operands;
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const Step& s = p.steps[i];
+    if (s.kind == Step::Kind::kExtern) {
+      externs.call(p, b, s);  // its errors keep their type; the callback names the step
+      continue;
+    }
     try {
-      if (s.kind == Step::Kind::kExtern) {
-        externs.call(p, b, s);
-        continue;
-      }
       operands.clear();
       for (const TileOperand& o : s.tiles.operands) operands.push_back(value_data(p, b, o.value));
       run_tile_program(s.tiles, operands, parallel_for);
     } catch (const std::exception& e) {
-      const std::string what = s.kind == Step::Kind::kExtern ? "extern call " + s.node.op
-                                                             : "fused group of " + std::to_string(s.graph_nodes) + " nodes";
-      throw std::runtime_error("compiled program step " + std::to_string(i) + " (" + what + "): " + e.what());
+      throw std::runtime_error("compiled program step " + std::to_string(i) + " (fused group of " +
+                               std::to_string(s.graph_nodes) + " nodes): " + e.what());
     }
   }
 }

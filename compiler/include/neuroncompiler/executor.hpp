@@ -22,14 +22,16 @@ class ExternCalls {
  public:
   virtual ~ExternCalls() = default;
   // Runs step.node: reads its tensor arguments and writes its outputs at
-  // value_data() of each.
+  // value_data() of each. Its exceptions propagate unchanged (keeping their
+  // type), so it names the step in them itself.
   virtual void call(const Program& program, const RunBuffers& buffers, const Step& step) = 0;
 };
 
 // Where a value's element 0 lives, or nullptr if it has no buffer.
 void* value_data(const Program& program, const RunBuffers& buffers, int32_t value);
 
-// Throws std::runtime_error naming the step that failed.
+// A fused group's failure is a std::runtime_error naming the step; an extern
+// call's propagates as the callback threw it.
 void run_program(const Program& program, const RunBuffers& buffers, ExternCalls& externs,
                  const neuronkernels::ParallelFor& parallel_for = neuronkernels::serial_for);
 
