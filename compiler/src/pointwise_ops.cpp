@@ -44,6 +44,7 @@ const std::unordered_map<std::string_view, Entry>& table() {
       {"aten::cos.default", {Form::kUnary, TileOp::kCos}},
       {"aten::erf.default", {Form::kUnary, TileOp::kErf}},
       {"aten::logical_not.default", {Form::kLogicalNot}},
+      {"aten::bitwise_not.default", {Form::kLogicalNot}},  // bool inputs only (checked)
       {"aten::add.Tensor", {Form::kAlpha, TileOp::kAdd}},
       {"aten::add.Scalar", {Form::kAlpha, TileOp::kAdd}},
       {"aten::sub.Tensor", {Form::kAlpha, TileOp::kSub}},
@@ -70,6 +71,7 @@ const std::unordered_map<std::string_view, Entry>& table() {
       {"aten::gelu.default", {Form::kGelu}},
       {"aten::_to_copy.default", {Form::kCast}},
       {"aten::clone.default", {Form::kCast}},
+      {"aten::copy.default", {Form::kCast}},  // functional copy: src converted to self's layout
       {kCopyInto, {Form::kCast}},
       {"aten::sigmoid_backward.default", {Form::kSigmoidBackward}},
       {"aten::tanh_backward.default", {Form::kTanhBackward}},
@@ -108,7 +110,12 @@ bool is_pointwise(const Graph& g, const Node& n) {
   if (copy_into ? !n.outputs.empty() : (n.outputs.size() != 1 || n.outputs[0] < 0)) return false;
   const Value& out = g.value(copy_into ? static_cast<int32_t>(n.args[0].i) : n.outputs[0]);
   if (!is_tile_storable(out.layout.dtype)) return false;
-  const int first = copy_into ? 1 : 0;
+  // copy_ and copy read their source second.
+  const int first = copy_into || n.op == "aten::copy.default" ? 1 : 0;
+  if (n.op == "aten::bitwise_not.default" &&
+      (n.args[0].kind != Arg::Kind::kTensor || g.value(static_cast<int32_t>(n.args[0].i)).layout.dtype != DType::kBool)) {
+    return false;  // bitwise on integers is not a logical not
+  }
   const int count = operand_count(e->form);
   if (static_cast<int>(n.args.size()) < first + count) return false;
   for (int i = first; i < first + count; ++i) {
@@ -200,7 +207,7 @@ int32_t emit_pointwise(const Graph&, const Node& n, const TileEmitter& emit) {
       if (alpha != 1.f) self = emit.op(TileOp::kMul, self, emit.constant(alpha), -1);
       return emit.op(TileOp::kSub, arg(1), self, -1);
     }
-    case Form::kCast: return arg(n.op == kCopyInto ? 1 : 0);
+    case Form::kCast: return arg(n.op == kCopyInto || n.op == "aten::copy.default" ? 1 : 0);
     case Form::kWhere: return emit.op(TileOp::kWhere, arg(1), arg(2), arg(0));
     case Form::kGelu: {
       const bool tanh = a.size() > 1 && a[1].kind == Arg::Kind::kString && a[1].s == "tanh";

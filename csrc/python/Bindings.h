@@ -15,5 +15,8 @@ void bind_memory(pybind11::module_& m);
 // What ran: per-op counts by execution path, profiler records
 // (StatsBindings.cpp).
 void bind_stats(pybind11::module_& m);
+// Graph compilation for torch.compile: compile a serialized graph, run the
+// program, the queued-work counter (CompilerBindings.cpp).
+void bind_compiler(pybind11::module_& m);
 
 }  // namespace torchneuron::python
