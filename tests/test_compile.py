@@ -313,7 +313,7 @@ RUNTIME_ERROR_CHILD = """
         try:
             f(torch.tensor([1, 9], device="neuron"))
         except IndexError as e:
-            print(str(e).splitlines()[-1], e.__notes__)
+            print(" ".join(str(e).split()), e.__notes__)
         print(f(torch.tensor([1, 3], device="neuron")).shape)
 """
 

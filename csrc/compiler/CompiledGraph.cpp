@@ -77,7 +77,24 @@ void CompiledGraph::check_inputs(const std::vector<at::Tensor>& inputs) const {
   }
 }
 
-std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs) const {
+std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given) const {
+  // A CPU scalar (0-dim) where the graph has a device scalar is uploaded, as
+  // eager ops accept CPU scalars next to device tensors (AOTAutograd may pass
+  // one saved by an eagerly run forward).
+  std::vector<at::Tensor> uploaded;
+  const std::vector<at::Tensor>* in = &given;
+  for (size_t i = 0; i < given.size(); ++i) {
+    if (given[i].defined() && !on_neuron(given[i]) && given[i].dim() == 0) {
+      if (uploaded.empty()) uploaded = given;
+      c10::DeviceIndex device = 0;
+      for (const at::Tensor& t : given) {
+        if (t.defined() && on_neuron(t)) { device = t.device().index(); break; }
+      }
+      uploaded[i] = given[i].to(c10::Device(c10::DeviceType::PrivateUse1, device));
+      in = &uploaded;
+    }
+  }
+  const std::vector<at::Tensor>& inputs = *in;
   check_inputs(inputs);
   const nc::Program& p = *program_;
   const c10::DeviceIndex device = inputs.empty() ? 0 : inputs[0].device().index();

@@ -1,6 +1,8 @@
 #include "csrc/compiler/ExternAtenCalls.h"
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/List.h>
+#include <ATen/ScalarOps.h>
 #include <c10/util/Exception.h>
 
 #include "csrc/aten/CpuKernelCall.h"
@@ -64,13 +66,33 @@ std::pair<std::string, std::string> split_op_name(const std::string& op) {
 
 c10::IValue to_ivalue(const nc::Arg& a, const c10::Argument& schema_arg, const nc::Program& p,
                       const ProgramStorages& st, c10::DeviceIndex device) {
+  if (a.is_scalar() && schema_arg.real_type()->kind() == c10::TypeKind::TensorType) {
+    // A Python number where the schema takes a tensor (add.Tensor(x, 1)): a
+    // wrapped number, which type promotion treats as eager does.
+    const c10::Scalar value = a.kind == nc::Arg::Kind::kFloat ? c10::Scalar(a.f)
+                              : a.kind == nc::Arg::Kind::kBool ? c10::Scalar(a.i != 0)
+                                                               : c10::Scalar(a.i);
+    at::Tensor t = c10::scalar_to_tensor(value);
+    t.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return t;
+  }
   switch (a.kind) {
     case nc::Arg::Kind::kTensor: return value_tensor(p, st, static_cast<int32_t>(a.i));
     case nc::Arg::Kind::kInt: return c10::IValue(a.i);
     case nc::Arg::Kind::kFloat: return c10::IValue(a.f);
     case nc::Arg::Kind::kBool: return c10::IValue(a.i != 0);
     case nc::Arg::Kind::kNone: return c10::IValue();
-    case nc::Arg::Kind::kIntList: return c10::IValue(c10::List<int64_t>(a.ints));
+    case nc::Arg::Kind::kIntList: {
+      // bool[N] arguments (output masks) travel as int lists.
+      const auto& type = schema_arg.real_type();
+      if (type->kind() == c10::TypeKind::ListType &&
+          type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::BoolType) {
+        c10::List<bool> bools;
+        for (int64_t v : a.ints) bools.push_back(v != 0);
+        return c10::IValue(bools);
+      }
+      return c10::IValue(c10::List<int64_t>(a.ints));
+    }
     case nc::Arg::Kind::kFloatList: return c10::IValue(c10::List<double>(a.floats));
     case nc::Arg::Kind::kDevice: return c10::IValue(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(a.i)));
     case nc::Arg::Kind::kString: return c10::IValue(a.s);
@@ -107,7 +129,9 @@ ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()
     const auto& schema = op->schema();
     TORCH_CHECK(schema.arguments().size() == s.node.args.size(), "[neuron] compiled graph: step ", i, " (",
                 s.node.op, "): ", s.node.args.size(), " arguments given, the schema has ", schema.arguments().size());
-    TORCH_CHECK(schema.returns().size() == s.node.outputs.size(), "[neuron] compiled graph: step ", i, " (",
+    // An input mutation writes its first argument and has no output value.
+    const size_t returns = s.node.op == nc::kCopyInto ? 0 : schema.returns().size();
+    TORCH_CHECK(returns == s.node.outputs.size(), "[neuron] compiled graph: step ", i, " (",
                 s.node.op, "): ", s.node.outputs.size(), " outputs given, the schema has ", schema.returns().size());
     Resolved r{*op, {}};
     for (const auto& arg : schema.arguments()) {
@@ -148,6 +172,14 @@ void ExternAtenCalls::call(const nc::Program& p, const nc::Step& step, const Pro
 
 void ExternAtenCalls::run(const Resolved& r, const nc::Program& p, const nc::Step& step,
                           const ProgramStorages& storages, c10::DeviceIndex device) {
+  if (step.node.op == nc::kCopyInto) {  // one the tile interpreter does not take (int64, float64, ...)
+    CpuAliases aliases;
+    at::Tensor dst = aliases(value_tensor(p, storages, static_cast<int32_t>(step.node.args[0].i)));
+    at::Tensor src = aliases(value_tensor(p, storages, static_cast<int32_t>(step.node.args[1].i)));
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    dst.copy_(src);
+    return;
+  }
   const auto& schema = r.op.schema();
   Stack args;
   args.reserve(step.node.args.size());

@@ -134,10 +134,8 @@ def _arg_token(value, env, node, name):
         if any(isinstance(v, torch.fx.Node) for v in value) or (value and all(v is None for v in value)):
             items = ["_" if v is None else _arg_token(v, env, node, name) for v in value]
             return "T" + ",".join(items)
-        if all(isinstance(v, bool) for v in value) and value:
-            raise Unsupported(f"node {node.name}: a bool list argument {name}")
-        if all(isinstance(v, int) for v in value):
-            return "I" + ",".join(str(v) for v in value)
+        if all(isinstance(v, int) for v in value):  # bool lists too (the glue reads the schema)
+            return "I" + ",".join(str(int(v)) for v in value)
         if all(isinstance(v, (int, float)) for v in value):
             return "F" + ",".join(repr(float(v)) for v in value)
     raise Unsupported(f"node {node.name}: argument {name} of type {type(value).__name__}")
@@ -242,7 +240,10 @@ def _serialize_op(node, w, env):
         raise Unsupported(f"node {node.name} ({name}): results that are partly views")
     if len(schema.returns) != len(results) or any(str(r.type) not in ("Tensor", "Optional[Tensor]") for r in schema.returns):
         raise Unsupported(f"node {node.name} ({name}): returns {schema.returns}")
-    if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(name.removesuffix(".default"), "CPU"):
+    # The *_overrideable ops are the hooks out-of-tree devices implement (their
+    # CPU entry is a stub): they run as the device's own kernels, eagerly.
+    if "_overrideable" in schema.name or not torch._C._dispatch_has_computed_kernel_for_dispatch_key(
+            name.removesuffix(".default"), "CPU"):
         raise Unsupported(f"node {node.name} ({name}): no CPU kernel for an extern call")
     args = [_arg_token(v, env, node, n) for n, v in _schema_args(node)]
     outs = ["_" if i is None else f"%{i}" for i in ids]
