@@ -18,7 +18,7 @@ enum class Form : uint8_t {
   kWhere,        // where(cond, self, other)
   kGelu,         // gelu(self, approximate)
   kPowScalar,    // pow(self, exponent scalar)
-  kSigmoidBackward, kTanhBackward, kSiluBackward, kThresholdBackward,
+  kSigmoidBackward, kTanhBackward, kSiluBackward, kThresholdBackward, kGeluBackward,
   kAddcmul, kAddcdiv,
 };
 
@@ -77,6 +77,7 @@ const std::unordered_map<std::string_view, Entry>& table() {
       {"aten::tanh_backward.default", {Form::kTanhBackward}},
       {"aten::silu_backward.default", {Form::kSiluBackward}},
       {"aten::threshold_backward.default", {Form::kThresholdBackward}},
+      {"aten::gelu_backward.default", {Form::kGeluBackward}},
       {"aten::addcmul.default", {Form::kAddcmul}},
       {"aten::addcdiv.default", {Form::kAddcdiv}},
   };
@@ -138,6 +139,10 @@ bool is_pointwise(const Graph& g, const Node& n) {
   if (e->form == Form::kGelu && n.args.size() > 1 && n.args[1].kind == Arg::Kind::kString &&
       n.args[1].s != "none" && n.args[1].s != "tanh") {
     return false;
+  }
+  if (e->form == Form::kGeluBackward && n.args.size() > 2 && n.args[2].kind == Arg::Kind::kString &&
+      n.args[2].s != "none") {
+    return false;  // the tanh approximation's backward stays an extern call
   }
   if (e->form == Form::kCast) {
     const Arg& src = n.args[first];
@@ -240,6 +245,17 @@ int32_t emit_pointwise(const Graph&, const Node& n, const TileEmitter& emit) {
       const int32_t one = emit.constant(1.f);
       const int32_t inner = emit.op(TileOp::kAdd, one, emit.op(TileOp::kMul, x, emit.op(TileOp::kSub, one, s, -1), -1), -1);
       return emit.op(TileOp::kMul, emit.op(TileOp::kMul, arg(0), s, -1), inner, -1);
+    }
+    case Form::kGeluBackward: {  // grad * (Phi(x) + x * phi(x))
+      const int32_t x = arg(1);
+      const int32_t cdf = emit.op(TileOp::kMul, emit.constant(0.5f),
+                                  emit.op(TileOp::kAdd, emit.constant(1.f),
+                                          emit.op(TileOp::kErf, emit.op(TileOp::kMul, x, emit.constant(0.70710678118654752f), -1), -1, -1), -1), -1);
+      const int32_t x2 = emit.op(TileOp::kMul, x, x, -1);
+      const int32_t pdf = emit.op(TileOp::kMul, emit.constant(0.39894228040143268f),
+                                  emit.op(TileOp::kExp, emit.op(TileOp::kMul, x2, emit.constant(-0.5f), -1), -1, -1), -1);
+      const int32_t d = emit.op(TileOp::kAdd, cdf, emit.op(TileOp::kMul, x, pdf, -1), -1);
+      return emit.op(TileOp::kMul, arg(0), d, -1);
     }
     case Form::kThresholdBackward: {  // self <= threshold ? 0 : grad
       const int32_t below = emit.op(TileOp::kLe, arg(1), arg(2), -1);
