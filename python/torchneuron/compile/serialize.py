@@ -209,6 +209,9 @@ def _serialize_op(node, w, env):
     if any(tag in op.tags for tag in _HOST_TAGS):
         raise Unsupported(f"node {node.name} ({name}): its result depends on tensor values read on the host")
     schema = op._schema
+    if name == "aten::_scaled_dot_product_fused_attention_overrideable.default":
+        _serialize_attention(node, w, env)
+        return
     if torch.Tag.nondeterministic_seeded in op.tags and not any(
             "Generator" in str(a.type) for a in schema.arguments):
         # Its CPU kernel would draw from the CPU generator, not the device's.
@@ -248,3 +251,26 @@ def _serialize_op(node, w, env):
     args = [_arg_token(v, env, node, n) for n, v in _schema_args(node)]
     outs = ["_" if i is None else f"%{i}" for i in ids]
     w.lines.append(f"node {name} {len(outs)} {' '.join(outs)} {len(args)}{' ' + ' '.join(args) if args else ''}")
+
+
+def _serialize_attention(node, w, env):
+    """The device's fused attention (the hook SDPA picks on neuron) in a graph that
+    reads only its output, without dropout: an extern call of
+    `scaled_dot_product_attention`, whose CPU kernel computes the same attention.
+    Training graphs read its log-sum-exp too: those run eagerly."""
+    q, k, v, bias, dropout_p, is_causal, _debug = [a for _, a in _schema_args(node)][:7]
+    scale = node.kwargs.get("scale")
+    if any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
+        raise Unsupported(f"node {node.name}: the fused attention's log-sum-exp is used (training)")
+    if dropout_p:
+        raise Unsupported(f"node {node.name}: attention with dropout")
+    out = node.meta["val"][0]
+    vid, is_view = w.tensor_value(out, node)
+    if is_view:
+        raise Unsupported(f"node {node.name}: attention output viewing another value")
+    env[node] = (vid,)
+    gqa = q.meta["val"].shape[-3] != k.meta["val"].shape[-3]
+    args = [_arg_token(a, env, node, n) for n, a in
+            (("query", q), ("key", k), ("value", v), ("attn_mask", bias), ("dropout_p", 0.0),
+             ("is_causal", is_causal), ("scale", scale), ("enable_gqa", gqa))]
+    w.lines.append(f"node aten::scaled_dot_product_attention.default 1 %{vid} {len(args)} {' '.join(args)}")
