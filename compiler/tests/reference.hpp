@@ -154,6 +154,12 @@ class Reference {
       else if (n.op == "aten::gt.Tensor" || n.op == "aten::gt.Scalar") v = x(0) > x(1);
       else if (n.op == "aten::where.self") v = x(0) != 0 ? x(1) : x(2);
       else if (n.op == "aten::_to_copy.default" || n.op == "aten::clone.default") v = x(0);
+      else if (n.op == "aten::copy.default") v = x(1);
+      else if (n.op == "aten::bitwise_not.default") v = x(0) == 0;
+      else if (n.op == "aten::gelu_backward.default") {
+        const double xv = x(1);
+        v = x(0) * (0.5 * (1 + std::erf(xv / std::sqrt(2.0))) + xv * std::exp(-0.5 * xv * xv) / std::sqrt(2 * M_PI));
+      }
       else throw std::runtime_error("reference: no op " + n.op);
       r[e] = round_to(l.dtype, v);
     }

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "graph_builder.hpp"
+#include "neuroncompiler/fusion.hpp"
 #include "neuroncompiler/interpreter.hpp"
 #include "run_helpers.hpp"
 
@@ -104,6 +105,25 @@ TEST(Interpreter, IntAndBoolLoadsStoresAndWhere) {
   b.output(back);
   b.output(w);
   check(b.build());
+}
+
+TEST(Interpreter, CopiesBoolNotAndGeluBackward) {
+  GraphBuilder b;
+  const int32_t self = b.input(DType::kFloat32, {4, 50}, {1, 4});  // copy's destination layout
+  const int32_t src = b.input(DType::kBFloat16, {50});
+  const int32_t g = b.input(DType::kFloat32, {4, 50});
+  const int32_t m = b.input(DType::kBool, {4, 50});
+  const int32_t c = b.node("aten::copy.default", {T(self), T(src), Arg::boolean(false)}, DType::kFloat32, {4, 50});
+  const int32_t nm = b.node("aten::bitwise_not.default", {T(m)}, DType::kBool, {4, 50});
+  Arg none_str;
+  none_str.kind = Arg::Kind::kString;
+  none_str.s = "none";
+  const int32_t gb = b.node("aten::gelu_backward.default", {T(g), T(c), none_str}, DType::kFloat32, {4, 50});
+  b.output(nm);
+  b.output(gb);
+  const Graph graph = b.build();
+  EXPECT_EQ(fuse(graph).groups.size(), 2u);  // (copy, gelu_backward) and (not): no horizontal fusion
+  check(graph);
 }
 
 TEST(Interpreter, ZeroSizeTensorsRunNothing) {
