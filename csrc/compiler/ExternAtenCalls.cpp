@@ -7,6 +7,7 @@
 
 #include "csrc/aten/CpuKernelCall.h"
 #include "csrc/aten/DeviceTensors.h"
+#include "csrc/aten/native/Matmul.h"
 
 namespace torchneuron {
 
@@ -117,7 +118,33 @@ c10::IValue to_ivalue(const nc::Arg& a, const c10::Argument& schema_arg, const n
   return c10::IValue();
 }
 
+bool is_one(const nc::Arg& a) { return a.kind == nc::Arg::Kind::kNone || (a.is_scalar() && a.scalar() == 1.0); }
+
 }  // namespace
+
+// mm and addmm (beta = alpha = 1) with few rows run the device's skinny matmul,
+// as eager neuron runs them, straight into the planned output buffer.
+bool ExternAtenCalls::run_skinny_matmul(const nc::Program& p, const nc::Step& step, const ProgramStorages& storages) {
+  const bool mm = step.node.op == "aten::mm.default";
+  const bool addmm = step.node.op == "aten::addmm.default";
+  if ((!mm && !addmm) || step.node.outputs.size() != 1 || step.node.outputs[0] < 0) return false;
+  const auto& a = step.node.args;
+  if (addmm && (a.size() < 5 || !is_one(a[3]) || !is_one(a[4]))) return false;
+  const size_t xi = mm ? 0 : 1;
+  if (a[xi].kind != nc::Arg::Kind::kTensor || a[xi + 1].kind != nc::Arg::Kind::kTensor) return false;
+  if (addmm && a[0].kind != nc::Arg::Kind::kTensor) return false;
+  const nc::Layout& out = p.values[step.node.outputs[0]].layout;
+  if (out.sizes.size() != 2 || out.strides[1] != 1 || out.strides[0] != out.sizes[1]) return false;
+  const at::Tensor x = value_tensor(p, storages, static_cast<int32_t>(a[xi].i));
+  const at::Tensor w = value_tensor(p, storages, static_cast<int32_t>(a[xi + 1].i));
+  const at::Tensor bias = addmm ? value_tensor(p, storages, static_cast<int32_t>(a[0].i)) : at::Tensor();
+  auto params = native::skinny_matmul_params(x, w, addmm ? &bias : nullptr);
+  if (!params) return false;
+  at::Tensor y = value_tensor(p, storages, step.node.outputs[0]);
+  params->y.data = y.data_ptr();
+  native::run_skinny_matmul_here(*params);
+  return true;
+}
 
 ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()) {
   for (size_t i = 0; i < p.steps.size(); ++i) {
@@ -142,6 +169,14 @@ ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()
       r.arg_is_generator.push_back(gen);
     }
     by_step_[i] = std::move(r);
+    // Matrix products the skinny matmul takes run on the device's threads:
+    // they must not make the task lend ATen's OpenMP team (whose spinning
+    // threads would take the cores those threads need).
+    if ((s.node.op == "aten::mm.default" || s.node.op == "aten::addmm.default") && !s.node.outputs.empty() &&
+        s.node.outputs[0] >= 0 && p.values[s.node.outputs[0]].layout.sizes.size() == 2 &&
+        p.values[s.node.outputs[0]].layout.sizes[0] <= neuronkernels::kSkinnyMaxRows) {
+      continue;
+    }
     const std::string base = name;
     if (base == "aten::mm" || base == "aten::addmm" || base == "aten::bmm" || base == "aten::baddbmm" ||
         base.find("conv") != std::string::npos || base.find("attention") != std::string::npos) {
@@ -180,6 +215,7 @@ void ExternAtenCalls::run(const Resolved& r, const nc::Program& p, const nc::Ste
     dst.copy_(src);
     return;
   }
+  if (run_skinny_matmul(p, step, storages)) return;
   const auto& schema = r.op.schema();
   Stack args;
   args.reserve(step.node.args.size());

@@ -3,6 +3,8 @@
 // CPU aliases of the buffers, generators and devices mapped, the call, the
 // results copied into the buffers the program planned for them). Resolved
 // once at compile time; run inside the program's task on the stream worker.
+// mm / addmm with few rows run the device's skinny matmul instead, as eager
+// neuron does (csrc/aten/native/Matmul.h).
 #pragma once
 
 #include <optional>
@@ -53,6 +55,8 @@ class ExternAtenCalls {
     c10::OperatorHandle op;
     std::vector<bool> arg_is_generator;
   };
+  static bool run_skinny_matmul(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
+                                const ProgramStorages& storages);
   static void run(const Resolved& r, const neuroncompiler::Program& program, const neuroncompiler::Step& step,
                   const ProgramStorages& storages, c10::DeviceIndex device);
 
