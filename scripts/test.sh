@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ suites of runtime/, kernels/, compiler/ and collectives/ (plain,
 # ASan+UBSan, TSan; the kernels' and the compiler's suites at every instruction-set level this
-# CPU runs), the
-# check that no test binary has ISA code outside the kernels' ISA namespaces,
-# and the Python suite, whose tests of the device's own kernels run again at
+# CPU runs), the check that no test binary has ISA code outside the kernels' and the
+# compiler's ISA namespaces, and the Python suite, whose tests of the device's own kernels run again at
 # each level below the CPU's best. Sets up the machine first if needed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,7 +34,7 @@ for project in "${TORCH_FREE_FOLDERS[@]}"; do
   run_ctest "$project" "-tsan" "thread"
 done
 
-step "No instructions above baseline outside the kernels' ISA namespaces (test binaries)"
+step "No instructions above baseline outside the ISA namespaces (test binaries)"
 python3 "$ROOT/kernels/tools/check_isa_leaks.py" "$ROOT"/build/runtime*/neuronrt_tests \
   "$ROOT"/build/kernels*/neuronkernels_tests "$ROOT"/build/compiler*/neuroncompiler_tests
 
