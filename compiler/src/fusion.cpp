@@ -49,7 +49,6 @@ Schedule fuse(const Graph& g) {
     const bool fusable = reduction.has_value() || is_pointwise(g, n);
     if (!fusable) {
       for (int32_t id : args) seal(group_of_value[g.root(id)]);
-      s.steps.push_back({ScheduledStep::Kind::kNode, -1, i});
       continue;
     }
     std::vector<int64_t> shape;
@@ -76,7 +75,6 @@ Schedule fuse(const Graph& g) {
       join = static_cast<int32_t>(s.groups.size());
       s.groups.push_back({{}, shape, false});
       state.push_back({});
-      s.steps.push_back({ScheduledStep::Kind::kFused, join, i});
     }
     // Other groups whose values this node reads are now read from memory.
     for (int32_t id : args) {
@@ -98,17 +96,14 @@ Schedule fuse(const Graph& g) {
     }
   }
 
-  // A group runs where its last member was: move each group's step there.
-  std::vector<ScheduledStep> ordered;
-  ordered.reserve(s.steps.size());
+  // Steps in graph order, each group where its last member was.
   std::vector<size_t> last_member(s.groups.size());
   for (size_t gi = 0; gi < s.groups.size(); ++gi) last_member[gi] = s.groups[gi].nodes.back();
   for (size_t i = 0; i < n_nodes; ++i) {
     const int32_t gi = group_of_node[i];
-    if (gi < 0) ordered.push_back({ScheduledStep::Kind::kNode, -1, i});
-    else if (last_member[gi] == i) ordered.push_back({ScheduledStep::Kind::kFused, gi, i});
+    if (gi < 0) s.steps.push_back({ScheduledStep::Kind::kNode, -1, i});
+    else if (last_member[gi] == i) s.steps.push_back({ScheduledStep::Kind::kFused, gi, i});
   }
-  s.steps = std::move(ordered);
 
   // Materialized: a value read outside its group, a graph output (or the
   // buffer under one), every result of a node of its own that someone reads.
