@@ -17,6 +17,12 @@ Dynamo is already loaded:
 3. `torch._inductor.codegen.common`: Inductor's registration for `neuron`,
    which refuses clearly (inductor.py) instead of failing with a KeyError
    when `backend="inductor"` is named explicitly on neuron tensors.
+4. `torch._dynamo.decorators`: the torch.neuron functions whose result is
+   fixed for the life of the process (device count, availability, bfloat16
+   support, name) become `assume_constant_result`: Dynamo would otherwise
+   break the graph at the pybind call inside them, as it cannot trace it.
+   (torch.neuron.current_device() reads torch.accelerator, which Dynamo
+   folds with a guard.)
 
 Dynamo takes ~2 s to import and `import torch` autoloads torchneuron, so this
 waits: a `sys.meta_path` finder runs the original loader of those modules and
@@ -65,10 +71,19 @@ def _inductor_codegen_loaded(common):
     register(common)
 
 
+def _decorators_loaded(decorators):
+    from ..device_module import _amp, _device
+
+    for fn in (_device.is_available, _device.device_count, _device.get_device_name,
+               _amp.is_bf16_supported):
+        decorators.assume_constant_result(fn)
+
+
 _HOOKS = {
     "torch._dynamo.backends.registry": _registry_loaded,
     "torch._dynamo.device_interface": _device_interface_loaded,
     "torch._inductor.codegen.common": _inductor_codegen_loaded,
+    "torch._dynamo.decorators": _decorators_loaded,
 }
 _done = set()
 
