@@ -55,3 +55,19 @@ def test_current_device_is_guarded_not_stale():
     records = torchneuron.compile_metrics()
     assert len(records) == 2, [r["recompile_reason"] for r in records]  # one per device index
     assert "current_device_index" in records[1]["recompile_reason"]
+
+
+def test_rng_state_calls_run_eagerly_inside_compiled_code():
+    """PyTorch's freeze_rng_state (OpInfo's wrapper_set_seed uses it) saves and
+    restores the device's RNG state under no_dispatch around the op."""
+    from torch.testing._utils import wrapper_set_seed
+
+    def f(x):
+        return wrapper_set_seed(torch.nn.functional.relu, x) + 1
+
+    torch.neuron.manual_seed(7)
+    before = torch.neuron.get_rng_state()
+    x = torch.randn(5)
+    got = torch.compile(f, backend="neuron")(x.to("neuron")).cpu()
+    torch.testing.assert_close(got, x.relu() + 1)
+    assert torch.equal(torch.neuron.get_rng_state(), before), "the RNG state was not restored"

@@ -22,7 +22,11 @@ Dynamo is already loaded:
    support, name) become `assume_constant_result`: Dynamo would otherwise
    break the graph at the pybind call inside them, as it cannot trace it.
    (torch.neuron.current_device() reads torch.accelerator, which Dynamo
-   folds with a guard.)
+   folds with a guard.) The RNG state functions are `skip`ped, as Dynamo
+   skips torch.cuda's: a compiled function that calls them breaks its graph
+   there and runs them eagerly; traced, their pybind calls would break the
+   graph inside them and Dynamo would trace the rest of them as resume
+   functions (under PyTorch's `freeze_rng_state`, in `no_dispatch`, that fails).
 
 Dynamo takes ~2 s to import and `import torch` autoloads torchneuron, so this
 waits: a `sys.meta_path` finder runs the original loader of those modules and
@@ -72,11 +76,13 @@ def _inductor_codegen_loaded(common):
 
 
 def _decorators_loaded(decorators):
-    from ..device_module import _amp, _device
+    from ..device_module import _amp, _device, _random
 
     for fn in (_device.is_available, _device.device_count, _device.get_device_name,
                _amp.is_bf16_supported):
         decorators.assume_constant_result(fn)
+    for name in _random.__all__:
+        decorators.skip(getattr(_random, name))  # marks the function itself
 
 
 _HOOKS = {
