@@ -27,6 +27,9 @@ Dynamo is already loaded:
    there and runs them eagerly; traced, their pybind calls would break the
    graph inside them and Dynamo would trace the rest of them as resume
    functions (under PyTorch's `freeze_rng_state`, in `no_dispatch`, that fails).
+5. `torch.compiler._cache`: the "neuron_program" artifact type (cache.py), so
+   that `torch.compiler.save_cache_artifacts()` carries the program cache's
+   entries and `load_cache_artifacts()` writes them into this process's cache.
 
 Dynamo takes ~2 s to import and `import torch` autoloads torchneuron, so this
 waits: a `sys.meta_path` finder runs the original loader of those modules and
@@ -85,11 +88,18 @@ def _decorators_loaded(decorators):
         decorators.skip(getattr(_random, name))  # marks the function itself
 
 
+def _portable_cache_loaded(module):
+    from .cache import register_artifact_type
+
+    register_artifact_type(module)
+
+
 _HOOKS = {
     "torch._dynamo.backends.registry": _registry_loaded,
     "torch._dynamo.device_interface": _device_interface_loaded,
     "torch._inductor.codegen.common": _inductor_codegen_loaded,
     "torch._dynamo.decorators": _decorators_loaded,
+    "torch.compiler._cache": _portable_cache_loaded,
 }
 _done = set()
 
