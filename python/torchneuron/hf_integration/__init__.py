@@ -1,4 +1,4 @@
-"""Hugging Face Accelerate / Transformers / PEFT / Diffusers support for the `neuron` device.
+"""Hugging Face Accelerate / Transformers / PEFT / Diffusers / safetensors support for the `neuron` device.
 
 Users run these libraries on `neuron` with the same classes and scripts as on
 GPUs. Where a library only knows a fixed list of devices (and AWS's package
@@ -25,13 +25,15 @@ of each and the library version it was checked against):
 | 9 | `diffusers.utils.torch_utils.randn_tensor` | `_diffusers.py` |
 | 10 | `transformers.trainer.Trainer._save_rng_state` / `_load_rng_state` | `_transformers_training.py` |
 | 11 | `peft.utils.other.infer_device` | `_peft.py` |
+| 12 | `safetensors.torch.load_file` | `_safetensors.py` |
 
 1-4, 8, 10 and 11 wrap the original and defer to it unchanged unless `neuron` is
 PyTorch's current accelerator, i.e.
 `torch.accelerator.current_accelerator().type == "neuron"`; 5 and 7 act only
 on models placed on a neuron device, 6 and 9 only on tensors on a neuron
-device. TRL needs no adaptation of its own: its trainers are Transformers'
-Trainer (8, 10) and its LoRA support is PEFT's.
+device, 12 only when asked for a neuron device. TRL needs no adaptation of its
+own: its trainers are Transformers' Trainer (8, 10) and its LoRA support is
+PEFT's (11, 12).
 
 Checked and left alone: the allocator warm-up of `from_pretrained`
 (`transformers.modeling_utils.caching_allocator_warmup`) reserves one block of
