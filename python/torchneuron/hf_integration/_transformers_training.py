@@ -13,7 +13,6 @@
    asks `torch.neuron.is_bf16_supported()`. Like the original, the answer is
    marked a constant for torch.compile (fixed for the process).
 
-
 10. `transformers.trainer.Trainer._save_rng_state` / `_load_rng_state`: the
    neuron generators are checkpointed
    A Trainer checkpoint (`rng_state.pth`) holds the Python, NumPy and CPU
@@ -49,7 +48,6 @@ def _wrap_is_torch_neuron_available(original):
 
     is_torch_neuron_available._dynamo_marked_constant = True  # as Transformers marks the original
     return is_torch_neuron_available
-
 
 
 def _rng_file(trainer, directory):
