@@ -40,7 +40,7 @@ python3 "$ROOT/kernels/tools/check_isa_leaks.py" "$ROOT"/build/runtime*/neuronrt
 
 step "Python tests (pytest tests/)"
 cd "$ROOT"
-"$PY" -m pytest tests/ "$@"
+"$PY" -m pytest tests/ --durations=25 "$@"
 
 # The kernels' Python tests at every lower level (TORCHNEURON_ISA forces it),
 # unless pytest was given its own arguments.
