@@ -98,3 +98,10 @@ def test_mismatch_and_early_exit_give_errors_not_hangs():
     # The survivor's error names the rank that left.
     timeouts = [line for line in out.splitlines() if "rank 0:" in line and "timeout" in line.lower()]
     assert any("1" in line.split("timeout", 1)[-1] for line in timeouts), out[-8000:]
+
+
+def test_init_device_mesh_fsdp2_and_tensor_parallel_equal_single_device():
+    code, out = torchrun("parallel.py", nproc=2)
+    assert code == 0, out[-8000:]
+    for r in range(2):
+        assert f"rank {r}: fsdp2 OK" in out and f"rank {r}: tensor parallel OK" in out, out[-8000:]

@@ -44,14 +44,20 @@ neuroncoll::ReduceOp coll_reduce_op(const c10d::ReduceOp& op, const char* collec
   }
 }
 
-double premul_factor(const c10d::ReduceOp& op) {
-  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return 1.0;
+PremulFactor::PremulFactor(const c10d::ReduceOp& op) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
   auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
   TORCH_CHECK(s != nullptr, "ProcessGroupNeuron: PREMUL_SUM without its factor");
-  if (!s->tensor_factor.defined()) return s->double_factor;
-  const at::Tensor& f = s->tensor_factor;
-  return (f.is_cpu() ? f : cpu_alias(f)).item<double>();
+  if (!s->tensor_factor.defined()) {
+    value_ = s->double_factor;
+  } else if (s->tensor_factor.is_cpu()) {
+    value_ = s->tensor_factor.item<double>();
+  } else {
+    alias_ = cpu_alias(s->tensor_factor);
+  }
 }
+
+double PremulFactor::value() const { return alias_.defined() ? alias_.item<double>() : value_; }
 
 void check_status(const neuroncoll::Status& status) {
   if (status.ok()) return;

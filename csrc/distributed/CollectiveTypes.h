@@ -3,6 +3,7 @@
 // the exceptions Python sees.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
@@ -18,9 +19,19 @@ neuroncoll::DType coll_dtype(c10::ScalarType type, const char* op);
 
 neuroncoll::ReduceOp coll_reduce_op(const c10d::ReduceOp& op, const char* collective);
 
-// This rank's PREMUL_SUM factor (1.0 for other ops). A tensor factor is read
-// when the collective runs, after the work queued before it.
-double premul_factor(const c10d::ReduceOp& op);
+// This rank's PREMUL_SUM factor (1.0 for other ops), taken on the caller's
+// thread. A neuron tensor factor is read when the collective runs (after the
+// work queued before it), through a CPU alias; the task never holds the
+// caller's tensor.
+class PremulFactor {
+ public:
+  explicit PremulFactor(const c10d::ReduceOp& op);
+  double value() const;  // inside the task
+
+ private:
+  double value_ = 1.0;
+  at::Tensor alias_;
+};
 
 // Throws c10::DistBackendError "neuron <what>: <code>: <message>" for a
 // failed status (which Python sees as torch.distributed.DistBackendError, a

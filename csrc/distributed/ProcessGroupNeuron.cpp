@@ -9,6 +9,7 @@
 #include "csrc/distributed/CollectiveTypes.h"
 #include "csrc/distributed/NeuronWork.h"
 #include "csrc/distributed/TensorStaging.h"
+#include "csrc/runtime/BlockingWait.h"
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronFunctions.h"
 #include "csrc/runtime/NeuronStream.h"
@@ -32,8 +33,15 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
 }
 
 ProcessGroupNeuron::~ProcessGroupNeuron() {
-  // The queued collectives use the group: let them finish first.
-  if (queue_ != nullptr) nrtStreamDestroy(queue_);
+  // The queued collectives use the group: let them finish first (without the
+  // GIL, which a future's Python callback on the queue may need).
+  if (queue_ != nullptr) blocking_wait([this] { nrtStreamDestroy(queue_); });
+  retired_.clear();
+}
+
+void ProcessGroupNeuron::retire(c10::intrusive_ptr<c10d::Work> work) {
+  std::lock_guard<std::mutex> lock(mu_);
+  retired_.push_back(std::move(work));
 }
 
 neuroncoll::GroupStats ProcessGroupNeuron::stats() const { return group_->stats(); }
@@ -56,6 +64,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
                                                            std::vector<at::Tensor> outputs,
                                                            Body body) {
   nrtStream_t queue = queue_for(device, name);
+  std::vector<c10::intrusive_ptr<c10d::Work>> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished.swap(retired_);  // released here, on the caller's thread
+  }
   auto work = c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs));
   // The collective waits for what the caller's stream has queued so far.
   nrtEvent_t ready = nullptr;
@@ -68,7 +81,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
   // The task never fails on the stream: the collective's error belongs to
   // its work (raised by wait()), and later collectives must still run.
   NEURON_TRY {
-    neuronrt::launch(queue, name, [work, group, body = std::move(body)] {
+    neuronrt::launch(queue, name, [this, work, group, body = std::move(body)]() mutable {
       std::exception_ptr error;
       try {
         body(*group);
@@ -76,6 +89,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
         error = std::current_exception();
       }
       work->complete(error);
+      retire(std::move(work));
     });
   }
   NEURON_CATCH

@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "neuroncoll/group.hpp"
 #include "neuronrt/neuronrt.h"
@@ -97,10 +98,16 @@ class ProcessGroupNeuron final : public c10d::Backend {
   static const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* name);
   void check_rank(int64_t rank, const char* name, const char* what) const;
 
+  // Called by a task when it has run: its reference to the work (which holds
+  // the caller's tensors) is dropped on a caller's thread, at the next
+  // enqueue or when the group is destroyed, never on the worker.
+  void retire(c10::intrusive_ptr<c10d::Work> work);
+
   std::unique_ptr<neuroncoll::Group> group_;
   mutable std::mutex mu_;
   nrtStream_t queue_ = nullptr;
   c10::DeviceIndex device_ = -1;
+  std::vector<c10::intrusive_ptr<c10d::Work>> retired_;  // guarded by mu_
 };
 
 }  // namespace torchneuron

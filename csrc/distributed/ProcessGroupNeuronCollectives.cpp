@@ -14,28 +14,22 @@ namespace {
 
 using neuroncoll::Group;
 
-std::vector<at::Tensor> users(const std::vector<StagedTensor>& staged) {
-  std::vector<at::Tensor> out;
-  out.reserve(staged.size());
-  for (const StagedTensor& s : staged) out.push_back(s.user);
-  return out;
-}
-
 // One all_reduce: checks, staging and the call.
 struct AllReduceStep {
   StagedTensor t;
   neuroncoll::DType dt;
   neuroncoll::ReduceOp op;
-  c10d::ReduceOp c10d_op;
+  PremulFactor factor;
   void run(Group& g) const {
-    check_status(g.all_reduce(t.data(), t.data(), t.count(), dt, op, premul_factor(c10d_op)));
+    check_status(g.all_reduce(t.data(), t.data(), t.count(), dt, op, factor.value()));
     t.copy_back();
   }
 };
 
 AllReduceStep all_reduce_step(const at::Tensor& t, const c10d::ReduceOp& op, const char* name) {
   check_neuron_tensor(t, name);
-  return {stage(t, true), coll_dtype(t.scalar_type(), name), coll_reduce_op(op, name), op};
+  return {stage(t, true), coll_dtype(t.scalar_type(), name), coll_reduce_op(op, name),
+          PremulFactor(op)};
 }
 
 struct AllGatherStep {
@@ -57,7 +51,7 @@ AllGatherStep all_gather_step(const at::Tensor& output, const at::Tensor& input,
               "ProcessGroupNeuron ", name, ": the output must hold group size (", size,
               ") x the input's ", input.numel(), " elements of ", input.scalar_type(), ", got ",
               output.numel(), " of ", output.scalar_type());
-  return {input.contiguous(), stage(output, false), coll_dtype(input.scalar_type(), name)};
+  return {contiguous_input(input), stage(output, false), coll_dtype(input.scalar_type(), name)};
 }
 
 struct ReduceScatterStep {
@@ -65,10 +59,9 @@ struct ReduceScatterStep {
   StagedTensor out;
   neuroncoll::DType dt;
   neuroncoll::ReduceOp op;
-  c10d::ReduceOp c10d_op;
+  PremulFactor factor;
   void run(Group& g) const {
-    check_status(g.reduce_scatter(in.data_ptr(), out.data(), out.count(), dt, op,
-                                  premul_factor(c10d_op)));
+    check_status(g.reduce_scatter(in.data_ptr(), out.data(), out.count(), dt, op, factor.value()));
     out.copy_back();
   }
 };
@@ -82,8 +75,8 @@ ReduceScatterStep reduce_scatter_step(const at::Tensor& output, const at::Tensor
               "ProcessGroupNeuron ", name, ": the input must hold group size (", size,
               ") x the output's ", output.numel(), " elements of ", output.scalar_type(),
               ", got ", input.numel(), " of ", input.scalar_type());
-  return {input.contiguous(), stage(output, false), coll_dtype(input.scalar_type(), name),
-          coll_reduce_op(op, name), op};
+  return {contiguous_input(input), stage(output, false), coll_dtype(input.scalar_type(), name),
+          coll_reduce_op(op, name), PremulFactor(op)};
 }
 
 // Element counts of an all_to_all from split sizes along dim 0 (empty:
@@ -160,7 +153,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
   return enqueue(c10d::OpType::REDUCE, "reduce", t.device().index(), {t},
                  [s, root](Group& g) {
                    check_status(g.reduce(s.t.data(), s.t.data(), s.t.count(), s.dt, s.op, root,
-                                         premul_factor(s.c10d_op)));
+                                         s.factor.value()));
                    if (g.rank() == root) s.t.copy_back();
                  });
 }
@@ -197,11 +190,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
               "ProcessGroupNeuron all_gather: expected one output list of ", size_,
               " tensors (the group size)");
   check_same_shape(outputs[0], in, "all_gather", "output");
-  at::Tensor src = in.contiguous();
-  at::Tensor flat = flat_buffer(in, in.numel() * size_);
+  at::Tensor src = contiguous_input(in);
+  at::Tensor flat = task_alias(flat_buffer(in, in.numel() * size_));
   const neuroncoll::DType dt = coll_dtype(in.scalar_type(), "all_gather");
-  std::vector<at::Tensor> outs = outputs[0];
-  return enqueue(c10d::OpType::ALLGATHER, "all_gather", in.device().index(), outs,
+  std::vector<at::Tensor> outs = task_aliases(outputs[0]);
+  return enqueue(c10d::OpType::ALLGATHER, "all_gather", in.device().index(), outputs[0],
                  [src, flat, dt, outs](Group& g) {
                    check_status(g.all_gather(src.data_ptr(), flat.data_ptr(),
                                              static_cast<size_t>(src.numel()), dt));
@@ -230,9 +223,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
       all_outputs.push_back(output_lists[r][i]);
     }
     check_same_shape(per_input[i], inputs[i], name, "output");
+    per_input[i] = task_aliases(per_input[i]);
     coll_dtype(inputs[i].scalar_type(), name);
-    srcs.push_back(inputs[i].contiguous());
-    flats.push_back(flat_buffer(inputs[i], inputs[i].numel() * size_));
+    srcs.push_back(contiguous_input(inputs[i]));
+    flats.push_back(task_alias(flat_buffer(inputs[i], inputs[i].numel() * size_)));
   }
   return enqueue(c10d::OpType::ALLGATHER_COALESCED, name, inputs[0].device().index(),
                  all_outputs, [srcs, flats, per_input, name](Group& g) {
@@ -257,15 +251,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
                 "ProcessGroupNeuron gather: the root needs one output list of ", size_,
                 " tensors (the group size)");
     check_same_shape(outputs[0], in, "gather", "output");
-    outs = outputs[0];
+    outs = task_aliases(outputs[0]);
   } else {
     TORCH_CHECK(outputs.empty() || outputs[0].empty(),
                 "ProcessGroupNeuron gather: only the root (rank ", root, ") takes outputs");
   }
-  at::Tensor src = in.contiguous();
-  at::Tensor flat = rank_ == root ? flat_buffer(in, in.numel() * size_) : at::Tensor();
+  at::Tensor src = contiguous_input(in);
+  at::Tensor flat = rank_ == root ? task_alias(flat_buffer(in, in.numel() * size_)) : at::Tensor();
   const neuroncoll::DType dt = coll_dtype(in.scalar_type(), "gather");
-  return enqueue(c10d::OpType::GATHER, "gather", in.device().index(), outs,
+  std::vector<at::Tensor> user_outs = rank_ == root ? outputs[0] : std::vector<at::Tensor>();
+  return enqueue(c10d::OpType::GATHER, "gather", in.device().index(), user_outs,
                  [src, flat, dt, root, outs](Group& g) {
                    check_status(g.gather(src.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr,
                                          static_cast<size_t>(src.numel()), dt, root));
@@ -285,13 +280,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
                 "ProcessGroupNeuron scatter: the root needs one input list of ", size_,
                 " tensors (the group size)");
     check_same_shape(inputs[0], out, "scatter", "input");
-    ins = inputs[0];
+    ins = task_aliases(inputs[0]);
   } else {
     TORCH_CHECK(inputs.empty() || inputs[0].empty(),
                 "ProcessGroupNeuron scatter: only the root (rank ", root, ") takes inputs");
   }
   StagedTensor dst = stage(out, false);
-  at::Tensor flat = rank_ == root ? flat_buffer(out, out.numel() * size_) : at::Tensor();
+  at::Tensor flat = rank_ == root ? task_alias(flat_buffer(out, out.numel() * size_)) : at::Tensor();
   const neuroncoll::DType dt = coll_dtype(out.scalar_type(), "scatter");
   return enqueue(c10d::OpType::SCATTER, "scatter", out.device().index(), {out},
                  [dst, flat, ins, dt, root](Group& g) {
@@ -335,7 +330,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
               "ProcessGroupNeuron reduce_scatter: expected one input list of ", size_,
               " tensors (the group size)");
   check_same_shape(inputs[0], out, "reduce_scatter", "input");
-  std::vector<at::Tensor> ins = inputs[0];
+  std::vector<at::Tensor> ins = task_aliases(inputs[0]);
   at::Tensor flat = flat_buffer(out, out.numel() * size_);
   ReduceScatterStep s = reduce_scatter_step(out, flat, opts.reduceOp, size_, "reduce_scatter");
   return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out.device().index(), {out},
@@ -356,7 +351,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
   std::vector<size_t> send = split_counts(input, input_split_sizes, size_, name, "input");
   std::vector<size_t> recv = split_counts(output, output_split_sizes, size_, name, "output");
   const neuroncoll::DType dt = coll_dtype(input.scalar_type(), name);
-  at::Tensor src = input.contiguous();
+  at::Tensor src = contiguous_input(input);
   StagedTensor dst = stage(output, false);
   return enqueue(c10d::OpType::ALLTOALL_BASE, name, input.device().index(), {output},
                  [src, dst, send, recv, dt](Group& g) {
@@ -388,9 +383,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
     recv_total += outputs[r].numel();
   }
   const neuroncoll::DType dt = coll_dtype(inputs[0].scalar_type(), name);
-  at::Tensor src = flat_buffer(inputs[0], send_total);
-  at::Tensor dst = flat_buffer(inputs[0], recv_total);
-  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  at::Tensor src = task_alias(flat_buffer(inputs[0], send_total));
+  at::Tensor dst = task_alias(flat_buffer(inputs[0], recv_total));
+  std::vector<at::Tensor> ins = task_aliases(inputs), outs = task_aliases(outputs);
   return enqueue(c10d::OpType::ALLTOALL, name, inputs[0].device().index(), outputs,
                  [src, dst, ins, outs, send, recv, dt](Group& g) {
                    pack(ins, src);

@@ -26,31 +26,44 @@ void check_same_shape(const std::vector<at::Tensor>& ts, const at::Tensor& like,
   }
 }
 
+at::Tensor task_alias(const at::Tensor& t) { return t.defined() ? cpu_alias(t) : at::Tensor(); }
+
+std::vector<at::Tensor> task_aliases(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const at::Tensor& t : ts) out.push_back(task_alias(t));
+  return out;
+}
+
+// contiguous() queues the copy on the caller's stream, ahead of the
+// collective.
+at::Tensor contiguous_input(const at::Tensor& t) { return task_alias(t.contiguous()); }
+
 void StagedTensor::copy_back() const {
-  if (!buf.is_same(user)) cpu_alias(user).copy_(cpu_alias(buf));
+  if (stand_in) user.copy_(buf);
 }
 
 StagedTensor stage(const at::Tensor& t, bool read) {
-  if (t.is_contiguous()) return {t, t};
-  // contiguous() queues the copy on the caller's stream, ahead of the
-  // collective.
-  return {t, read ? t.contiguous() : at::empty(t.sizes(), t.options())};
+  if (t.is_contiguous()) {
+    at::Tensor a = task_alias(t);
+    return {a, a, false};
+  }
+  return {task_alias(t), task_alias(read ? t.contiguous() : at::empty(t.sizes(), t.options())),
+          true};
 }
 
 void pack(const std::vector<at::Tensor>& ts, const at::Tensor& flat) {
-  at::Tensor dst = cpu_alias(flat);
   int64_t offset = 0;
   for (const at::Tensor& t : ts) {
-    dst.narrow(0, offset, t.numel()).view(t.sizes()).copy_(cpu_alias(t));
+    flat.narrow(0, offset, t.numel()).view(t.sizes()).copy_(t);
     offset += t.numel();
   }
 }
 
 void unpack(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
-  at::Tensor src = cpu_alias(flat);
   int64_t offset = 0;
   for (const at::Tensor& t : ts) {
-    cpu_alias(t).copy_(src.narrow(0, offset, t.numel()).view(t.sizes()));
+    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
     offset += t.numel();
   }
 }

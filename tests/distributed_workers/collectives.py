@@ -185,6 +185,15 @@ def ordering_async_and_hooks(rank, world, dev):
     dist.all_reduce(m)
     ref = sum(torch.arange(12.0).reshape(3, 4) + r for r in range(world)).t()
     same(m, ref, "all_reduce of a transposed tensor")
+    outs = [torch.empty(4, 3, device=dev).t() for _ in range(world)]
+    dist.all_gather(outs, (torch.arange(12.0).reshape(3, 4) * (rank + 1)).to(dev))
+    for r in range(world):
+        same(outs[r], torch.arange(12.0).reshape(3, 4) * (r + 1), f"all_gather into transposed outputs {r}")
+    # PREMUL_SUM with a neuron tensor factor, read after the work queued before it.
+    factor = torch.zeros((), device=dev) + (rank + 1)
+    p = torch.ones(6, device=dev)
+    dist.all_reduce(p, op=dist._make_nccl_premul_sum(factor))
+    same(p, torch.full((6,), float(sum(range(1, world + 1)))), "PREMUL_SUM with a tensor factor")
     # Coalesced all_reduce (c10d's fast path) and object collectives.
     a, b = torch.ones(5, device=dev) * rank, torch.ones(7, dtype=torch.int64, device=dev)
     with dist._coalescing_manager(async_ops=True) as cm:
