@@ -8,7 +8,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing import assert_close
 
-from common import rank_env
+from common import check, rank_env
 
 
 class MLP(torch.nn.Module):
@@ -65,6 +65,22 @@ def main():
         assert_close(p.full_tensor().detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5,
                      msg=lambda m: f"fully_shard {name}: {m}")
     print(f"rank {rank}: fsdp2 OK", flush=True)
+
+    # FSDP2 with bfloat16 parameters and float32 gradient reduction: the bfloat16
+    # all-gathers and float32 reduce-scatters run; the result follows the float32
+    # run within bfloat16 rounding.
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    mp = make_model().to(dev)
+    for block in mp:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(mp, mesh=mesh, mp_policy=policy)
+    train(mp, batches, lambda t: t[rank * per_rank:(rank + 1) * per_rank], dev)
+    for (name, p), q in zip(mp.named_parameters(), ref.parameters()):
+        check(p.dtype == torch.float32, f"{name} keeps float32 master weights")
+        assert_close(p.full_tensor().detach().cpu(), q.detach(), rtol=0.05, atol=0.02,
+                     msg=lambda m: f"fully_shard bf16 {name}: {m}")
+    print(f"rank {rank}: fsdp2 mixed precision OK", flush=True)
 
     # Tensor parallel: the same global batch on every rank, weights split.
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
