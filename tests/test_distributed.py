@@ -83,8 +83,8 @@ def test_every_collective_matches_cpu_reference(nproc, mode):
         assert f"rank {r}: collectives OK" in out, out[-8000:]
 
 
-def test_init_process_group_backend_neuron_and_ddp_equals_single_device():
-    code, out = torchrun("ddp.py", nproc=2)
+def test_ddp_equals_single_device_and_memory_cap_counts_local_ranks():
+    code, out = torchrun("ddp.py", nproc=2, env={"TORCHNEURON_DEVICE_MEMORY": "1TiB"})
     assert code == 0, out[-8000:]
     assert "rank 0: ddp OK" in out and "rank 1: ddp OK" in out, out[-8000:]
 

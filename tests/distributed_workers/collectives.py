@@ -235,6 +235,7 @@ def main():
     check(torch.neuron.current_device() == local_rank,
           f"threads start on the local rank's core: {torch.neuron.current_device()}")
     check("neuron" in str(dist.get_backend()), f"backend {dist.get_backend()}")
+    check(torch.neuron.device_count() == max(2, world), f"{torch.neuron.device_count()} cores")
     all_reduce_every_op(rank, world, dev)
     data_movement(rank, world, dev)
     all_to_all_uneven(rank, world, dev)

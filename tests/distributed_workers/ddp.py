@@ -1,13 +1,14 @@
 """DDP on neuron: after a few SGD steps every rank's parameters equal those of a
 single-device run on the same global batch (computed here on CPU from the same seed)."""
 import copy
+import os
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.testing import assert_close
 
-from common import init, rank_env
+from common import check, init, rank_env
 
 
 def model():
@@ -21,9 +22,29 @@ def batches(steps, per_rank, world):
             for _ in range(steps)]
 
 
+def host_memory_bytes():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemTotal in /proc/meminfo")
+
+
+def check_memory_cap(dev):
+    # Launched with TORCHNEURON_DEVICE_MEMORY=1TiB: every core of every local
+    # process together stays within the host's memory.
+    props = torch.neuron.get_device_properties(dev)
+    local = int(os.environ["LOCAL_WORLD_SIZE"])
+    total = props.total_memory * torch.neuron.device_count() * local
+    check(props.memory_capped and total <= host_memory_bytes(),
+          f"cap {props.total_memory} x {torch.neuron.device_count()} cores x {local} processes "
+          f"exceeds the host's {host_memory_bytes()} bytes")
+
+
 def main():
     rank, world, _ = rank_env()
     dev = init("neuron")
+    check_memory_cap(dev)
     steps, per_rank = 4, 6
     data = batches(steps, per_rank, world)
 
