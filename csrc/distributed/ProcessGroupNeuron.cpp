@@ -5,6 +5,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <deque>
+
 #include "csrc/distributed/C10dStoreAdapter.h"
 #include "csrc/distributed/CollectiveTypes.h"
 #include "csrc/distributed/NeuronWork.h"
@@ -63,13 +66,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
                                                            c10::DeviceIndex device,
                                                            std::vector<at::Tensor> outputs,
                                                            Body body) {
+  return enqueue_work(c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs)), name,
+                      device, std::move(body));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_work(c10::intrusive_ptr<NeuronWork> work,
+                                                                const char* name,
+                                                                c10::DeviceIndex device, Body body) {
   nrtStream_t queue = queue_for(device, name);
   std::vector<c10::intrusive_ptr<c10d::Work>> finished;
   {
     std::lock_guard<std::mutex> lock(mu_);
     finished.swap(retired_);  // released here, on the caller's thread
   }
-  auto work = c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs));
   // The collective waits for what the caller's stream has queued so far.
   nrtEvent_t ready = nullptr;
   NEURON_CHECK(nrtEventCreate(&ready, nrtEventDisableTiming));
@@ -130,6 +139,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>&
   const at::Tensor& t = single(tensors, "send");
   check_rank(dst_rank, "send", "destination");
   const neuroncoll::DType dt = coll_dtype(t.scalar_type(), "send");
+  if (coalescing_) return record_p2p(true, t, dst_rank, tag, dt);
   StagedTensor in = stage(t, true);
   return enqueue(c10d::OpType::SEND, "send", t.device().index(), {t},
                  [in, dt, dst_rank, tag](neuroncoll::Group& g) {
@@ -142,12 +152,96 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>&
   const at::Tensor& t = single(tensors, "recv");
   check_rank(src_rank, "recv", "source");
   const neuroncoll::DType dt = coll_dtype(t.scalar_type(), "recv");
+  if (coalescing_) return record_p2p(false, t, src_rank, tag, dt);
   StagedTensor out = stage(t, false);
   return enqueue(c10d::OpType::RECV, "recv", t.device().index(), {t},
                  [out, dt, src_rank, tag](neuroncoll::Group& g) {
                    check_status(g.recv(out.data(), out.count(), dt, src_rank, tag));
                    out.copy_back();
                  });
+}
+
+void ProcessGroupNeuron::startCoalescing() {
+  TORCH_CHECK(!coalescing_, "ProcessGroupNeuron: startCoalescing while already coalescing");
+  coalescing_ = true;
+  coalesced_p2p_.clear();
+  coalesced_device_ = -1;
+  coalesced_work_ = c10::make_intrusive<NeuronWork>(rank_, c10d::OpType::COALESCED, "coalesced",
+                                                    std::vector<at::Tensor>());
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::record_p2p(bool is_send, const at::Tensor& t,
+                                                              int peer, int tag,
+                                                              neuroncoll::DType dt) {
+  TORCH_CHECK(coalesced_device_ < 0 || coalesced_device_ == t.device().index(),
+              "ProcessGroupNeuron: a coalesced batch must use one device");
+  coalesced_device_ = t.device().index();
+  coalesced_p2p_.push_back({is_send, stage(t, is_send), peer, tag, dt});
+  return coalesced_work_;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::endCoalescing() {
+  TORCH_CHECK(coalescing_, "ProcessGroupNeuron: endCoalescing without startCoalescing");
+  coalescing_ = false;
+  std::vector<P2P> ops = std::move(coalesced_p2p_);
+  coalesced_p2p_.clear();
+  c10::intrusive_ptr<NeuronWork> work = std::move(coalesced_work_);
+  c10::DeviceIndex device = coalesced_device_;
+  if (device < 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    device = device_ >= 0 ? device_ : current_device();
+  }
+  return enqueue_work(std::move(work), "coalesced", device,
+                      [ops, size = size_](neuroncoll::Group& g) { run_p2p_batch(g, ops, size); });
+}
+
+// Messages go in pieces no larger than a channel (64 KiB, one in flight per
+// ordered pair of ranks). Each step sends at most one piece to every peer,
+// then receives at most one from every peer: a send of step s needs the
+// peer to have taken piece s - 1, which it did in its step s - 1, so the
+// batch cannot deadlock. Both sides of a pair cut their messages alike and
+// keep them in call order, so pieces meet their receives.
+void ProcessGroupNeuron::run_p2p_batch(neuroncoll::Group& g, const std::vector<P2P>& ops, int size) {
+  constexpr size_t kPieceBytes = 64 << 10;
+  struct Piece {
+    const P2P* op;
+    size_t begin, count;
+  };
+  std::vector<std::deque<Piece>> sends(size), recvs(size);
+  for (const P2P& op : ops) {
+    const size_t per = std::max<size_t>(1, kPieceBytes / neuroncoll::dtype_size(op.dtype));
+    const size_t count = op.tensor.count();
+    auto& queue = op.is_send ? sends[op.peer] : recvs[op.peer];
+    size_t begin = 0;
+    do {  // an empty message is one empty piece
+      const size_t n = std::min(per, count - begin);
+      queue.push_back({&op, begin, n});
+      begin += n;
+    } while (begin < count);
+  }
+  auto data = [](const Piece& p) {
+    return static_cast<char*>(p.op->tensor.data()) + p.begin * neuroncoll::dtype_size(p.op->dtype);
+  };
+  for (bool pending = true; pending;) {
+    pending = false;
+    for (auto& q : sends) {
+      if (q.empty()) continue;
+      const Piece& p = q.front();
+      check_status(g.send(data(p), p.count, p.op->dtype, p.op->peer, p.op->tag));
+      q.pop_front();
+      pending = true;
+    }
+    for (auto& q : recvs) {
+      if (q.empty()) continue;
+      const Piece& p = q.front();
+      check_status(g.recv(data(p), p.count, p.op->dtype, p.op->peer, p.op->tag));
+      q.pop_front();
+      pending = true;
+    }
+  }
+  for (const P2P& op : ops) {
+    if (!op.is_send) op.tensor.copy_back();
+  }
 }
 
 }  // namespace torchneuron

@@ -22,6 +22,8 @@
 #include <mutex>
 #include <vector>
 
+#include "csrc/distributed/NeuronWork.h"
+#include "csrc/distributed/TensorStaging.h"
 #include "neuroncoll/group.hpp"
 #include "neuronrt/neuronrt.h"
 
@@ -83,6 +85,16 @@ class ProcessGroupNeuron final : public c10d::Backend {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  // c10d's coalescing (batch_isend_irecv, _coalescing_manager with a device):
+  // sends and receives issued in between are run together by one task, chunk
+  // by chunk in turn, so that a batch in which ranks send to each other
+  // completes whatever the message sizes. Other collectives issued in
+  // between run in order as usual; the work of endCoalescing() completes
+  // after all of them (the group's queue is ordered).
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
   // Which paths this rank's collectives took (tests, profiling).
   neuroncoll::GroupStats stats() const;
 
@@ -93,6 +105,12 @@ class ProcessGroupNeuron final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
                                          c10::DeviceIndex device, std::vector<at::Tensor> outputs,
                                          Body body);
+  // The same with a work made earlier (the coalesced one).
+  c10::intrusive_ptr<c10d::Work> enqueue_work(c10::intrusive_ptr<NeuronWork> work,
+                                              const char* name, c10::DeviceIndex device, Body body);
+  // A send or receive recorded while coalescing: the coalesced work.
+  c10::intrusive_ptr<c10d::Work> record_p2p(bool is_send, const at::Tensor& t, int peer, int tag,
+                                            neuroncoll::DType dt);
   nrtStream_t queue_for(c10::DeviceIndex device, const char* name);
   // The one tensor of a collective's tensor list (one device per rank).
   static const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* name);
@@ -108,6 +126,19 @@ class ProcessGroupNeuron final : public c10d::Backend {
   nrtStream_t queue_ = nullptr;
   c10::DeviceIndex device_ = -1;
   std::vector<c10::intrusive_ptr<c10d::Work>> retired_;  // guarded by mu_
+
+  // Between startCoalescing() and endCoalescing() (the caller's thread only).
+  struct P2P {
+    bool is_send;
+    StagedTensor tensor;
+    int peer, tag;
+    neuroncoll::DType dtype;
+  };
+  static void run_p2p_batch(neuroncoll::Group& g, const std::vector<P2P>& ops, int size);
+  bool coalescing_ = false;
+  std::vector<P2P> coalesced_p2p_;
+  c10::DeviceIndex coalesced_device_ = -1;
+  c10::intrusive_ptr<NeuronWork> coalesced_work_;
 };
 
 }  // namespace torchneuron

@@ -147,13 +147,18 @@ def all_to_all_uneven(rank, world, dev):
 
 def point_to_point(rank, world, dev):
     nxt, prv = (rank + 1) % world, (rank - 1) % world
-    for n in (1, 1001):
-        got = torch.empty(n, device=dev)
+    # A ring and its reverse in one batch, up to messages far above a channel's 64 KiB:
+    # the batch runs as one task, in pieces, so no send waits behind a receive.
+    for n in (0, 1, 1001, 200_000):
+        got, back = torch.empty(n, device=dev), torch.empty(n, dtype=torch.bfloat16, device=dev)
         ops = [dist.P2POp(dist.isend, make(rank, n, torch.float32, salt=5).to(dev), nxt),
-               dist.P2POp(dist.irecv, got, prv)]
+               dist.P2POp(dist.isend, make(rank, n, torch.bfloat16, salt=6).to(dev), prv),
+               dist.P2POp(dist.irecv, got, prv),
+               dist.P2POp(dist.irecv, back, nxt)]
         for w in dist.batch_isend_irecv(ops):
             w.wait()
-        same(got, make(prv, n, torch.float32, salt=5), f"send/recv ring n={n}")
+        same(got, make(prv, n, torch.float32, salt=5), f"batch_isend_irecv ring n={n}")
+        same(back, make(nxt, n, torch.bfloat16, salt=6), f"batch_isend_irecv reverse ring n={n}")
     if rank == 0:
         dist.send(torch.arange(200_000, dtype=torch.float32, device=dev), dst=1)
     elif rank == 1:
