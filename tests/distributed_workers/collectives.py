@@ -250,6 +250,14 @@ def main():
         c = torch.ones(3) * rank
         dist.all_reduce(c)
         same(c, torch.full((3,), float(sum(range(world)))), "gloo half of a mixed group")
+    # A subgroup of the first and last ranks (its own neuroncoll group and queue).
+    members = [0, world - 1]
+    sub = dist.new_group(members)
+    if rank in members:
+        t = torch.full((5,), float(rank), device=dev)
+        dist.all_reduce(t, group=sub)
+        same(t, torch.full((5,), float(sum(members))), "all_reduce over new_group([0, last])")
+        dist.barrier(group=sub)
     from torch.distributed.device_mesh import init_device_mesh
     mesh = init_device_mesh("neuron", (world,))
     t = torch.ones(8, device=dev)
