@@ -1,6 +1,6 @@
 // Construction, the group's queue, and the operations that are not
-// reductions or data movement: barrier and point to point. The collectives
-// are in ProcessGroupNeuronCollectives.cpp.
+// reductions or data movement: barrier, point to point and coalesced batches
+// of it. The collectives are in ProcessGroupNeuronCollectives.cpp.
 #include "csrc/distributed/ProcessGroupNeuron.h"
 
 #include <c10/util/Exception.h>

@@ -242,6 +242,9 @@ def main():
     check("neuron" in str(dist.get_backend()), f"backend {dist.get_backend()}")
     check(torch.neuron.device_count() == max(2, world), f"{torch.neuron.device_count()} cores")
     all_reduce_every_op(rank, world, dev)
+    stats = dist.distributed_c10d._get_default_group()._get_backend(dev)._stats()
+    check(stats["small_all_reduces"] > 0 and stats["chunked_all_reduces"] > 0,
+          f"both all_reduce paths ran: {stats}")
     data_movement(rank, world, dev)
     all_to_all_uneven(rank, world, dev)
     point_to_point(rank, world, dev)
