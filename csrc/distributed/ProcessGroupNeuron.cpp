@@ -79,13 +79,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_work(c10::intrusive_p
     std::lock_guard<std::mutex> lock(mu_);
     finished.swap(retired_);  // released here, on the caller's thread
   }
-  // The collective waits for what the caller's stream has queued so far.
-  nrtEvent_t ready = nullptr;
-  NEURON_CHECK(nrtEventCreate(&ready, nrtEventDisableTiming));
-  nrtStatus s = nrtEventRecord(ready, current_stream_handle(device));
-  if (s == nrtSuccess) s = nrtStreamWaitEvent(queue, ready);
-  nrtEventDestroy(ready);  // reference counted: the wait keeps its capture
-  NEURON_CHECK(s);
+  // The collective waits for what the caller's stream has queued so far
+  // (nothing to wait for when that stream is idle: small collectives skip
+  // the event).
+  nrtStream_t caller = current_stream_handle(device);
+  if (nrtStreamQuery(caller) != nrtSuccess) {
+    nrtEvent_t ready = nullptr;
+    NEURON_CHECK(nrtEventCreate(&ready, nrtEventDisableTiming));
+    nrtStatus s = nrtEventRecord(ready, caller);
+    if (s == nrtSuccess) s = nrtStreamWaitEvent(queue, ready);
+    nrtEventDestroy(ready);  // reference counted: the wait keeps its capture
+    NEURON_CHECK(s);
+  }
   neuroncoll::Group* group = group_.get();
   // The task never fails on the stream: the collective's error belongs to
   // its work (raised by wait()), and later collectives must still run.
