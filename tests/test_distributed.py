@@ -100,9 +100,9 @@ def test_mismatch_and_early_exit_give_errors_not_hangs():
     assert any("1" in line.split("timeout", 1)[-1] for line in timeouts), out[-8000:]
 
 
-def test_init_device_mesh_fsdp2_and_tensor_parallel_equal_single_device():
+def test_init_device_mesh_fsdp2_tensor_and_sequence_parallel_equal_single_device():
     code, out = torchrun("parallel.py", nproc=2)
     assert code == 0, out[-8000:]
     for r in range(2):
-        for what in ("fsdp2", "fsdp2 mixed precision", "tensor parallel"):
+        for what in ("fsdp2", "fsdp2 mixed precision", "tensor parallel", "sequence parallel"):
             assert f"rank {r}: {what} OK" in out, out[-8000:]

@@ -1,6 +1,7 @@
-"""FSDP2 (fully_shard) and DTensor tensor parallelism (ColwiseParallel / RowwiseParallel)
-on neuron: parameters after a few optimizer steps equal a single-device run on the same
-global batch. The group comes from init_device_mesh("neuron", ...)."""
+"""FSDP2 (fully_shard), DTensor tensor parallelism (ColwiseParallel / RowwiseParallel) and
+sequence parallelism on neuron: parameters after a few optimizer steps equal a
+single-device run on the same global batch. The group comes from
+init_device_mesh("neuron", ...)."""
 import copy
 
 import torch
@@ -44,6 +45,51 @@ def single_device(batches):
     m = make_model()
     train(m, batches, lambda t: t, torch.device("cpu"))
     return m
+
+
+class NormBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+        self.up = torch.nn.Linear(16, 32)
+        self.down = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(self.norm(x))))
+
+
+def sequence_parallel(rank, world, mesh, dev):
+    """LayerNorm on sequence shards, then column/row-parallel linears."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+
+    def make():
+        torch.manual_seed(0)
+        return NormBlock()
+    g = torch.Generator().manual_seed(5)
+    batches = [(torch.randn(2, 4 * world, 16, generator=g), torch.randn(2, 4 * world, 16, generator=g))
+               for _ in range(3)]
+    ref = make()
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for x, y in batches:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ref(x), y).backward()
+        opt.step()
+    sp = make().to(dev)
+    parallelize_module(sp, mesh, {"norm": SequenceParallel(), "up": ColwiseParallel(input_layouts=Shard(1)),
+                                  "down": RowwiseParallel(output_layouts=Shard(1))})
+    opt = torch.optim.SGD(sp.parameters(), lr=0.1)
+    for x, y in batches:
+        xs, ys = x.chunk(world, dim=1)[rank].to(dev), y.chunk(world, dim=1)[rank].to(dev)
+        opt.zero_grad()
+        # Each rank's loss is the mean over its 1/world of the sequence.
+        (torch.nn.functional.mse_loss(sp(xs), ys) / world).backward()
+        opt.step()
+    for (name, p), q in zip(sp.named_parameters(), ref.parameters()):
+        assert_close(p.full_tensor().detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5,
+                     msg=lambda m: f"sequence parallel {name}: {m}")
+    print(f"rank {rank}: sequence parallel OK", flush=True)
 
 
 def main():
@@ -95,6 +141,7 @@ def main():
         assert_close(p.full_tensor().detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5,
                      msg=lambda m: f"tensor parallel {name}: {m}")
     print(f"rank {rank}: tensor parallel OK", flush=True)
+    sequence_parallel(rank, world, mesh, dev)
     dist.destroy_process_group()
 
 
