@@ -75,6 +75,25 @@ def test_backend_is_registered_for_the_neuron_device():
     assert "neuron" in dist.Backend.backend_capability
 
 
+def test_one_process_group_without_torchrun():
+    script = (
+        "import torch, torch.distributed as dist\n"
+        f"dist.init_process_group('neuron', rank=0, world_size=1, init_method='tcp://127.0.0.1:{free_port()}')\n"
+        "t = torch.arange(5.0, device='neuron')\n"
+        "dist.all_reduce(t, op=dist.ReduceOp.AVG)\n"
+        "out = [torch.empty(5, device='neuron')]\n"
+        "dist.all_gather(out, t * 2)\n"
+        "dist.barrier(device_ids=[0])\n"
+        "print(t.cpu().tolist(), out[0].cpu().tolist())\n"
+        "dist.destroy_process_group()\n")
+    env = {k: v for k, v in os.environ.items() if k not in CONFIG_VARS}
+    env["PYTHONPATH"] = str(ROOT / "python")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[0.0, 1.0, 2.0, 3.0, 4.0] [0.0, 2.0, 4.0, 6.0, 8.0]"
+
+
 @pytest.mark.parametrize("nproc,mode", [(2, "device_id"), (3, "mixed")])
 def test_every_collective_matches_cpu_reference(nproc, mode):
     code, out = torchrun("collectives.py", mode, nproc=nproc)
