@@ -125,3 +125,11 @@ def test_init_device_mesh_fsdp2_tensor_and_sequence_parallel_equal_single_device
     for r in range(2):
         for what in ("fsdp2", "fsdp2 mixed precision", "tensor parallel", "sequence parallel"):
             assert f"rank {r}: {what} OK" in out, out[-8000:]
+
+
+def test_two_dimensional_fsdp2_by_tensor_parallel_equals_single_device():
+    code, out = torchrun("two_d.py", nproc=4)
+    assert code == 0, out[-8000:]
+    for r in range(4):
+        assert f"rank {r}: 2-D OK" in out, out[-8000:]
+
