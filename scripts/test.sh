@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ suites of runtime/, kernels/ and collectives/ (plain, ASan+UBSan,
 # TSan; the kernels' suite at every instruction-set level this CPU runs), the
-# check that no test binary has ISA code outside the kernels' ISA namespaces,
+# check that no test binary has ISA code outside the kernels' ISA namespaces
+# (or target_clones clones above their own level),
 # and the Python suite, whose tests of the device's own kernels run again at
 # each level below the CPU's best. Sets up the machine first if needed.
 set -euo pipefail
@@ -36,7 +37,7 @@ done
 
 step "No instructions above baseline outside the kernels' ISA namespaces (test binaries)"
 python3 "$ROOT/kernels/tools/check_isa_leaks.py" "$ROOT"/build/runtime*/neuronrt_tests \
-  "$ROOT"/build/kernels*/neuronkernels_tests
+  "$ROOT"/build/kernels*/neuronkernels_tests "$ROOT"/build/collectives*/neuroncoll_tests
 
 step "Python tests (pytest tests/)"
 cd "$ROOT"

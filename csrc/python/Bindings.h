@@ -1,6 +1,7 @@
 // The bindings of torchneuron._C, one function per topic (one file each).
 // Bindings only convert types and forward: the logic lives in csrc/runtime,
-// csrc/aten and csrc/profiler.
+// csrc/aten, csrc/profiler and
+// csrc/distributed.
 #pragma once
 
 #include <torch/csrc/utils/pybind.h>
@@ -15,5 +16,8 @@ void bind_memory(pybind11::module_& m);
 // What ran: per-op counts by execution path, profiler records
 // (StatsBindings.cpp).
 void bind_stats(pybind11::module_& m);
+// torch.distributed's backend: `_init_distributed()` defines
+// `_distributed.ProcessGroupNeuron` (DistributedBindings.cpp).
+void bind_distributed(pybind11::module_& m);
 
 }  // namespace torchneuron::python
