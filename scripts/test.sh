@@ -2,7 +2,8 @@
 # Runs every test: the C++ suites of runtime/, kernels/, compiler/ and collectives/ (plain,
 # ASan+UBSan, TSan; the kernels' and the compiler's suites at every instruction-set level this
 # CPU runs), the check that no test binary has ISA code outside the kernels' and the
-# compiler's ISA namespaces, and the Python suite, whose tests of the device's own kernels run again at
+# compiler's ISA namespaces (or target_clones clones above their own level),
+# and the Python suite, whose tests of the device's own kernels run again at
 # each level below the CPU's best. Sets up the machine first if needed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,11 +37,12 @@ done
 
 step "No instructions above baseline outside the ISA namespaces (test binaries)"
 python3 "$ROOT/kernels/tools/check_isa_leaks.py" "$ROOT"/build/runtime*/neuronrt_tests \
-  "$ROOT"/build/kernels*/neuronkernels_tests "$ROOT"/build/compiler*/neuroncompiler_tests
+  "$ROOT"/build/kernels*/neuronkernels_tests "$ROOT"/build/compiler*/neuroncompiler_tests \
+  "$ROOT"/build/collectives*/neuroncoll_tests
 
 step "Python tests (pytest tests/)"
 cd "$ROOT"
-"$PY" -m pytest tests/ "$@"
+"$PY" -m pytest tests/ --durations=25 "$@"
 
 # The kernels' Python tests at every lower level (TORCHNEURON_ISA forces it),
 # unless pytest was given its own arguments.

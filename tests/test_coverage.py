@@ -126,3 +126,62 @@ def test_gradients_are_judged_against_float64_when_float32_runs_differ():
         compare_grads(ref, (loss, {"w": far}))
     with pytest.raises(AssertionError, match="gradient of w"):  # without a float64 run, CPU is the reference
         compare_grads((loss, {"w": cpu}, None), (loss, {"w": close}))
+
+
+MORE = os.path.join(os.path.dirname(__file__), "..", "python", "torchneuron", "coverage", "more_architectures.tsv")
+
+
+def more_rows():
+    from torchneuron.coverage.cli import read_list
+
+    return read_list(MORE)
+
+
+@pytest.mark.parametrize("model_type", [r["model_type"] for r in more_rows()])
+def test_tiny_configs_of_hybrid_mla_and_rotary_architectures_build_and_run_on_cpu(model_type):
+    """The builders of these architectures once made invalid models (a hybrid cache with no
+    attention layer, rotary or head sizes that did not divide, crashes): each now builds
+    a valid tiny config whose CPU reference runs a forward with a cache and a generation."""
+    import warnings
+
+    import torch
+    import transformers
+
+    from torchneuron.coverage.tiny_configs import BOS, VOCAB, build_config, check_config
+
+    row = next(r for r in more_rows() if r["model_type"] == model_type)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config, _ = build_config(row)
+    assert check_config(config) == []
+    torch.manual_seed(0)
+    model = getattr(transformers, row["causal_lm_class"])(config).eval()
+    assert sum(p.numel() for p in model.parameters()) < 2_000_000  # tiny
+    ids = torch.randint(3, VOCAB, (1, 6), generator=torch.Generator().manual_seed(0))
+    ids[0, 0] = BOS
+    with torch.no_grad():
+        logits = model(ids).logits
+        tokens = model.generate(ids, max_new_tokens=3, do_sample=False, disable_compile=True)
+    assert logits.shape == (1, 6, VOCAB) and torch.isfinite(logits).all()
+    assert tokens.shape == (1, 9)
+
+
+def test_config_check_names_a_hybrid_without_attention_layers():
+    import transformers
+
+    from torchneuron.coverage.tiny_configs import check_config, tiny_kwargs
+
+    kwargs = tiny_kwargs("qwen3_next", transformers.Qwen3NextConfig)
+    kwargs["layer_types"] = ["linear_attention", "linear_attention"]
+    problems = check_config(transformers.Qwen3NextConfig(**kwargs))
+    assert any("full_attention" in p and "cannot tell its length" in p for p in problems), problems
+
+
+def test_several_lists_run_as_one_without_duplicates(tmp_path):
+    from torchneuron.coverage.cli import read_lists
+
+    first, second = tmp_path / "a.tsv", tmp_path / "b.tsv"
+    header = "model_type\tcausal_lm_class\tconfig_class\tspecial_needs\n"
+    first.write_text(header + "llama\tLlamaForCausalLM\tLlamaConfig\t-\n")
+    second.write_text(header + "qwen2\tQwen2ForCausalLM\tQwen2Config\t-\nllama\tLlamaForCausalLM\tLlamaConfig\t-\n")
+    assert [r["model_type"] for r in read_lists([str(first), str(second)])] == ["llama", "qwen2"]

@@ -1,7 +1,7 @@
 """`from_pretrained(device_map=...)` places models on the neuron cores.
 
 The automatic strategies go through Accelerate's memory accounting, which
-torchneuron adapts (python/torchneuron/hf_integration.py); device strings work
+torchneuron adapts (python/torchneuron/hf_integration/); device strings work
 as is; integer indices are refused with a message naming the device string.
 """
 import pytest

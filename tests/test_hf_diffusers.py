@@ -1,6 +1,6 @@
 """Diffusers on neuron, as a user's script calls it: a tiny DDPM pipeline
 against the same pipeline on CPU, and neuron torch.Generators
-(hf_integration.py, adaptation 9)."""
+(hf_integration/_diffusers.py, adaptation 9)."""
 import pytest
 import torch
 

@@ -2,7 +2,7 @@
 
 A model placed on neuron (`from_pretrained(device_map=...)`, `.to`, `.neuron()`)
 has the `forward` and `generate` of its class wrapped
-(python/torchneuron/hf_integration.py, adaptation 5): an exception carrying the backend's "[neuron]" mark is re-raised
+(python/torchneuron/hf_integration/_transformers_models.py, adaptation 5): an exception carrying the backend's "[neuron]" mark is re-raised
 with the same type, "LlamaForCausalLM (model_type 'llama') on neuron:0: " in
 front, chained to the original. The failures here are forced, because every
 architecture of the coverage list runs: an op with a dtype the device does not

@@ -126,3 +126,30 @@ def test_leak_check_catches_code_above_baseline(tmp_path):
     assert "leak.o: scale(float*, int)" in proc.stdout, proc.stdout
     assert "isa_avx2::scale" not in proc.stdout, proc.stdout
     assert "1 outside the ISA namespaces" in proc.stdout, proc.stdout
+
+
+def test_leak_check_accepts_target_clones_at_their_own_level(tmp_path):
+    """target_clones functions (collectives/'s reduction kernels): the `.avx2`
+    and `.avx512f` clones may use their level, `.default` nothing above
+    baseline, and an `.avx2` clone no AVX-512."""
+    if platform.machine() not in ("x86_64", "AMD64") or shutil.which("objdump") is None:
+        pytest.skip("needs x86-64 and objdump (binutils)")
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("needs a C++ compiler")
+    src = tmp_path / "clones.cpp"
+    src.write_text(
+        "__attribute__((target_clones(\"avx512f\", \"avx2\", \"default\")))\n"
+        "void add(float* x, const float* y, int n) { for (int i = 0; i < n; ++i) x[i] += y[i]; }\n"
+        "__attribute__((target_clones(\"avx2\", \"default\")))\n"
+        "void wide(float* x) { asm volatile(\"vpxord %%zmm0, %%zmm0, %%zmm0\" ::: \"memory\"); x[0] = 0; }\n")
+    obj = tmp_path / "clones.o"
+    subprocess.run([cxx, "-O3", "-c", str(src), "-o", str(obj)], check=True, timeout=120)
+    proc = subprocess.run([sys.executable, str(ROOT / "kernels/tools/check_isa_leaks.py"), str(obj)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    reported = [line for line in proc.stdout.splitlines() if line.startswith(str(obj) + ": ")
+                and "functions" not in line]
+    assert sorted(line.split(": ", 1)[1] for line in reported) == [
+        "wide(float*) [clone .avx2]", "wide(float*) [clone .default]"], proc.stdout
+    assert "2 outside the ISA namespaces" in proc.stdout, proc.stdout

@@ -19,6 +19,15 @@ loosened. Categories (one pytest test per OpInfo and category):
   float32 out=       test_out_float32: the out= variant with empty out
                      tensors (which the op must resize): the out tensors, the
                      result, and that the result is the out tensors themselves
+  compiled           test_compiled_forward_float32, test_compiled_forward_bfloat16,
+                     test_compiled_backward_float32: the same as the eager
+                     forward and backward categories, with the op called inside
+                     torch.compile(backend="neuron") (Dynamo, AOTAutograd, the
+                     backend's executor). Each sample is compiled for its own
+                     signature (dynamic=False, Dynamo reset), and the second
+                     run must reuse that compilation (no recompile). A sample
+                     whose op Dynamo runs eagerly (a graph break at the op, as
+                     for item) is excluded, reported as such.
 
 How a sample is run: the OpInfo's samples are generated on CPU (seeded by the
 OpInfo machinery, so a sample index always names the same input), then copied
@@ -30,9 +39,16 @@ queues the later ones, and both must agree with CPU); the sample's
 `output_process_fn_grad` is applied to both results, as in PyTorch's
 test_compare_cpu; every tensor output of the neuron run must be on `neuron`.
 
-Sample cap: none by default, every sample of every OpInfo runs (the whole file
-takes about 4 minutes on a 2-core machine). TORCHNEURON_OPINFO_MAX_SAMPLES=N
-runs only the first N samples of each OpInfo; the summary names the cap.
+Sample cap: none by default for the eager path, every sample of every OpInfo
+runs (about 4 minutes on a 2-core machine). TORCHNEURON_OPINFO_MAX_SAMPLES=N
+runs only the first N samples of each OpInfo; the summary names the cap. The
+compiled path compiles every sample (~0.5 s each), so the test command runs
+its sampled form: the first sample of one OpInfo in 4
+(TORCHNEURON_OPINFO_COMPILE_MAX_SAMPLES, TORCHNEURON_OPINFO_COMPILE_OP_STRIDE);
+the full form is
+
+    TORCHNEURON_OPINFO_COMPILE_MAX_SAMPLES=0 TORCHNEURON_OPINFO_COMPILE_OP_STRIDE=1 \
+        .venv/bin/python -m pytest tests/test_opinfo.py -k compiled
 
 Excluded samples (reported, never counted as passes):
   * ops whose outputs are random or uninitialized: the OpInfo's own
@@ -58,8 +74,10 @@ that depend on the instruction set, so such differences are never listed per
 sample.
 
 Known failures live in tests/opinfo_known_failures.json: one entry per
-(op, dtype, direction) with the failing sample indices (or "all") and a
-reason. A listed sample that fails is expected (the test reports xfail); a
+(op, path, dtype, direction) with the failing sample indices (or "all") and a
+reason; "path" is "eager" when absent, and an eager entry whose reason starts
+with "not supported by design" (a dtype or layout the device lacks) holds for
+the compiled path too. A listed sample that fails is expected (the test reports xfail); a
 failure that is not listed fails the test; a listed sample that passes fails
 the test too (strict, like xfail(strict=True): remove it from the list),
 unless the entry says "strict": false: then its samples may pass or fail,
@@ -79,16 +97,19 @@ dumps every thread's stack and ends the run instead of blocking it forever).
 TORCHNEURON_OPINFO_RECORD=<file.json> writes every failing sample (listed or
 not) with its error to that file, which helps when updating the list.
 """
+import functools
 import itertools
 import json
 import os
 import pathlib
 import time
+import unittest.mock
 import warnings
 
 import pytest
 import torch
 import torchneuron
+from torch.testing._internal import common_methods_invocations
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -96,15 +117,27 @@ from conformance import (DEVICE, Copier, Excluded, Verdict, check_on_neuron, com
                          rounding_verdict, short, sync, tensors, to_cpu, to_float64)
 
 MAX_SAMPLES = int(os.environ.get("TORCHNEURON_OPINFO_MAX_SAMPLES", "0"))
+# The compiled path compiles every sample (a Dynamo trace, AOTAutograd and the
+# backend, ~0.1-1 s each): the test command runs the first few samples per op,
+# 0 runs them all (the full form, documented in tests/README.md).
+COMPILE_MAX_SAMPLES = int(os.environ.get("TORCHNEURON_OPINFO_COMPILE_MAX_SAMPLES", "1"))
+# ... and compiles one OpInfo in COMPILE_OP_STRIDE (in op_db's order); 1 = all.
+COMPILE_OP_STRIDE = int(os.environ.get("TORCHNEURON_OPINFO_COMPILE_OP_STRIDE", "4"))
 RUN_CRASHES = os.environ.get("TORCHNEURON_OPINFO_RUN_CRASHES") == "1"
 TIMEOUT_S = 120  # per test (one OpInfo, one category); the slowest takes ~5 s
 KNOWN_FAILURES_FILE = pathlib.Path(__file__).with_name("opinfo_known_failures.json")
+# (path, dtype, direction): the summary's name of the category. Path "eager"
+# runs the op as the user's eager call does, "compile" runs it inside
+# torch.compile(backend="neuron") (Dynamo, AOTAutograd, the backend).
 CATEGORIES = {
-    ("float32", "forward"): "float32 forward",
-    ("bfloat16", "forward"): "bfloat16 forward",
-    ("float32", "backward"): "float32 backward",
-    ("float32", "inplace"): "float32 in-place variant",
-    ("float32", "out"): "float32 out= variant",
+    ("eager", "float32", "forward"): "float32 forward",
+    ("eager", "bfloat16", "forward"): "bfloat16 forward",
+    ("eager", "float32", "backward"): "float32 backward",
+    ("eager", "float32", "inplace"): "float32 in-place variant",
+    ("eager", "float32", "out"): "float32 out= variant",
+    ("compile", "float32", "forward"): "compiled float32 forward",
+    ("compile", "bfloat16", "forward"): "compiled bfloat16 forward",
+    ("compile", "float32", "backward"): "compiled float32 backward",
 }
 
 # Ops whose results are random or uninitialized, besides the ones the OpInfos
@@ -211,10 +244,10 @@ def _load_known_failures():
     data = json.loads(KNOWN_FAILURES_FILE.read_text())
     table = {}
     for e in data["entries"]:
-        key = (e["op"], e["dtype"], e["direction"])
+        key = (e["op"], e.get("path", "eager"), e["dtype"], e["direction"])
         assert key not in table, f"duplicate known-failure entry {key}"
         assert e["op"] in OPS, f"known-failure entry for an unknown OpInfo: {e['op']}"
-        assert (e["dtype"], e["direction"]) in CATEGORIES, f"unknown category in {key}"
+        assert key[1:] in CATEGORIES, f"unknown category in {key}"
         assert e.get("reason"), f"known-failure entry without a reason: {key}"
         samples = e["samples"]
         assert samples == "all" or (isinstance(samples, list) and samples), key
@@ -224,6 +257,19 @@ def _load_known_failures():
 
 
 KNOWN_FAILURES = _load_known_failures()
+BY_DESIGN = "not supported by design"
+
+
+def _known_failure(oid, path, dtype_name, direction):
+    """The entry for the test. An eager entry whose reason starts with "not
+    supported by design" (a dtype or layout the device does not have) holds
+    for the compiled path too, unless the compiled path has its own entry."""
+    entry = KNOWN_FAILURES.get((oid, path, dtype_name, direction))
+    if entry is None and path != "eager":
+        eager = KNOWN_FAILURES.get((oid, "eager", dtype_name, direction))
+        if eager is not None and eager["reason"].startswith(BY_DESIGN):
+            entry = eager
+    return entry
 
 
 # ---- statistics for the summary -------------------------------------------------
@@ -239,11 +285,14 @@ class _SummaryPlugin:
         tr = terminalreporter
         if not any(s["tests"] for s in STATS.values()):
             return
-        cap = f"first {MAX_SAMPLES} samples per op" if MAX_SAMPLES else "all samples"
         tr.section("opinfo conformance")
         for cat, s in STATS.items():
             if not s["tests"]:
                 continue
+            limit = _sample_cap(cat[0])
+            cap = f"first {limit} samples per op" if limit else "all samples"
+            if cat[0] == "compile" and COMPILE_OP_STRIDE > 1:
+                cap += f", one OpInfo in {COMPILE_OP_STRIDE}"
             counted = s["pass"] + s["known"] + s["unexpected"]
             pct = 100.0 * s["pass"] / counted if counted else 0.0
             tr.write_line(
@@ -313,13 +362,13 @@ def _float64_reference(oid, op, sample, run):
 # between the neuron run and the CPU run.
 
 
-def _run_forward(oid, op, sample, device):
+def _run_forward(oid, op, sample, device, call=None):
     inp, args, kwargs = _copy_sample(oid, sample, device)
-    out = sample.output_process_fn_grad(op(inp, *args, **kwargs))
+    out = sample.output_process_fn_grad((call or op)(inp, *args, **kwargs))
     return [("output", out), ("tensor arguments after the op", tensors((inp, args, kwargs)))]
 
 
-def _run_inplace(oid, op, sample, device):
+def _run_inplace(oid, op, sample, device, call=None):
     if sample.broadcasts_input:
         raise Excluded("the sample broadcasts its input, which in-place ops reject")
     inp, args, kwargs = _copy_sample(oid, sample, device)
@@ -328,7 +377,7 @@ def _run_inplace(oid, op, sample, device):
             ("tensor arguments after the op", tensors((inp, args, kwargs)))]
 
 
-def _run_out(oid, op, sample, device):
+def _run_out(oid, op, sample, device, call=None):
     ci, ca, ck = _copy_sample(oid, sample, "cpu")
     ref = op(ci, *ca, **ck)  # only for the number, dtypes and kinds of the outputs
     if isinstance(ref, torch.Tensor):
@@ -348,9 +397,9 @@ def _run_out(oid, op, sample, device):
             ("tensor arguments after the op", tensors((inp, args, kwargs)))]
 
 
-def _run_backward(oid, op, sample, device):
+def _run_backward(oid, op, sample, device, call=None):
     inp, args, kwargs = _copy_sample(oid, sample, device)
-    out = sample.output_process_fn_grad(op(inp, *args, **kwargs))
+    out = sample.output_process_fn_grad((call or op)(inp, *args, **kwargs))
     outs = [t for t in tensors(out) if t.requires_grad]
     if not outs:
         raise Excluded("no differentiable output")
@@ -366,7 +415,65 @@ RUNNERS = {"forward": _run_forward, "inplace": _run_inplace, "out": _run_out,
            "backward": _run_backward}
 
 
-def check_sample(oid, op, sample, direction):
+def _call_unseeded(fn, *args, **kwargs):
+    return fn(*args, **kwargs)
+
+
+class _Compiled:
+    """The op inside torch.compile(backend="neuron") for one sample: a fresh
+    Dynamo state, so that each sample is compiled for its own signature (the
+    wrapper's code object is shared by every op, and Dynamo's cache is per code
+    object: without the reset, samples would hit its recompile limit and run
+    eagerly). Counts the graphs the backend compiled."""
+
+    def __init__(self, op):
+        torch._dynamo.reset()
+        torchneuron.reset_compile_metrics()
+
+        def call(*args, **kwargs):
+            return op.op(*args, **kwargs)
+
+        self.fn = torch.compile(call, backend="neuron", dynamic=False)
+
+    def __call__(self, *args, **kwargs):
+        # Some OpInfos (scaled_dot_product_attention, item, the random ops)
+        # wrap their function in wrapper_set_seed, which seeds the RNG inside
+        # freeze_rng_state: a graph break inside a context manager, after which
+        # Dynamo runs the whole frame eagerly. Compiled, the function is called
+        # directly: the seed only matters for random samples, and those are
+        # excluded already (two CPU runs with different seeds differ).
+        with unittest.mock.patch.object(common_methods_invocations, "wrapper_set_seed",
+                                        _call_unseeded):
+            return self.fn(*args, **kwargs)
+
+    @staticmethod
+    def graphs():
+        return len(torchneuron.compile_metrics())
+
+
+def _compiled_run(oid, op, sample, run):
+    """The two neuron runs of the compiled path: the first compiles, the second
+    must reuse what the first compiled (same signature, no recompilation)."""
+    compiled = _Compiled(op)
+
+    def first():
+        actual = run(oid, op, sample, DEVICE, compiled)
+        if not _Compiled.graphs():
+            raise Excluded("Dynamo compiled no graph (the op ran eagerly after a graph break)")
+        first.graphs = _Compiled.graphs()
+        return actual
+
+    def second():
+        actual = run(oid, op, sample, DEVICE, compiled)
+        if _Compiled.graphs() != first.graphs:
+            reasons = [r["recompile_reason"] for r in torchneuron.compile_metrics()[first.graphs:]]
+            raise AssertionError(f"an identical second call recompiled: {reasons}")
+        return actual
+
+    return first, second
+
+
+def check_sample(oid, op, sample, direction, path="eager"):
     """Returns "pass" when neuron agrees with CPU on the sample, "rounding" when
     it differs from CPU only as two roundings of one float64 result do (see
     rounding_verdict); raises Excluded when the sample cannot be compared,
@@ -395,16 +502,23 @@ def check_sample(oid, op, sample, direction):
         compare(again, expected, "CPU repeat")
     except AssertionError:
         raise Excluded("nondeterministic: two CPU runs with different seeds differ") from None
-    # Twice on neuron: the backend runs the first call of an argument signature
-    # synchronously (checking its Meta kernel against the CPU kernel) and
-    # queues later ones, and both paths must agree with CPU.
+    # Twice on neuron: eagerly, the backend runs the first call of an argument
+    # signature synchronously (checking its Meta kernel against the CPU kernel)
+    # and queues later ones; compiled, the first call compiles and the second
+    # reuses it. Both runs must agree with CPU.
+    if path == "compile":
+        runs = dict(zip(("first", "second"), _compiled_run(oid, op, sample, run)))
+    else:
+        runs = {attempt: functools.partial(run, oid, op, sample, DEVICE) for attempt in ("first", "second")}
     reference, rounding = None, False
-    for attempt in ("first", "second"):
+    for attempt, neuron_run in runs.items():
         torch.manual_seed(1)
         try:
-            actual = run(oid, op, sample, DEVICE)
-        except Excluded as e:  # the CPU run had it, so this is a difference
-            raise AssertionError(f"{attempt} neuron run: {e}") from None
+            actual = neuron_run()
+        except Excluded as e:
+            if path == "compile" and attempt == "first" and "compiled no graph" in str(e):
+                raise
+            raise AssertionError(f"{attempt} neuron run: {e}") from None  # the CPU run had it
         check_on_neuron([v for what, v in actual if what != "tensor arguments after the op"])
         actual = tree_map(to_cpu, actual)
         sync()
@@ -424,30 +538,34 @@ def check_sample(oid, op, sample, direction):
 # ---- the tests -------------------------------------------------------------------
 
 
-def _samples(op, dtype, direction):
+def _sample_cap(path):
+    return COMPILE_MAX_SAMPLES if path == "compile" else MAX_SAMPLES
+
+
+def _samples(op, dtype, direction, path):
     gen = op.sample_inputs("cpu", dtype, requires_grad=direction == "backward")
-    if MAX_SAMPLES:
-        gen = itertools.islice(gen, MAX_SAMPLES)
+    if _sample_cap(path):
+        gen = itertools.islice(gen, _sample_cap(path))
     return list(gen)
 
 
-def run_op(oid, dtype_name, direction):
+def run_op(oid, dtype_name, direction, path="eager"):
     op = OPS[oid]
     dtype = getattr(torch, dtype_name)
     why = _applies(op, dtype, direction)
     if why:
         pytest.skip(why)
-    stats = STATS[(dtype_name, direction)]
+    stats = STATS[(path, dtype_name, direction)]
     stats["tests"] += 1
     why = _opinfo_exclusion(op, dtype)
     if why:
         stats["random_ops"] += 1
         pytest.skip(f"excluded: {why}")
-    known = KNOWN_FAILURES.get((oid, dtype_name, direction))
+    known = _known_failure(oid, path, dtype_name, direction)
     listed, crash = set(), False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        samples = _samples(op, dtype, direction)
+        samples = _samples(op, dtype, direction, path)
         if known:
             listed = set(range(len(samples))) if known["samples"] == "all" else set(known["samples"])
             crash = known["reason"].startswith("crash:") and not RUN_CRASHES
@@ -456,7 +574,7 @@ def run_op(oid, dtype_name, direction):
             if crash and i in listed:
                 continue  # never run: it would take the whole process down
             try:
-                if check_sample(oid, op, sample, direction) == "rounding":
+                if check_sample(oid, op, sample, direction, path) == "rounding":
                     rounding.append(i)
                 passed.append(i)
             except Excluded as e:
@@ -473,7 +591,7 @@ def run_op(oid, dtype_name, direction):
     stats["excluded"] += len(excluded)
     stats["rounding"] += len(rounding)
     for i, m in sorted(failures.items()):
-        RECORD.append({"op": oid, "dtype": dtype_name, "direction": direction, "sample": i,
+        RECORD.append({"op": oid, "path": path, "dtype": dtype_name, "direction": direction, "sample": i,
                        "n_samples": len(samples), "error": m})
     verdict.conclude(KNOWN_FAILURES_FILE.name, nothing="the OpInfo has no samples")
 
@@ -505,3 +623,21 @@ def test_inplace_float32(oid):
 @pytest.mark.parametrize("oid", OP_IDS)
 def test_out_float32(oid):
     run_op(oid, "float32", "out")
+
+
+COMPILED_OP_IDS = OP_IDS[::COMPILE_OP_STRIDE]
+
+
+@pytest.mark.parametrize("oid", COMPILED_OP_IDS)
+def test_compiled_forward_float32(oid):
+    run_op(oid, "float32", "forward", "compile")
+
+
+@pytest.mark.parametrize("oid", COMPILED_OP_IDS)
+def test_compiled_forward_bfloat16(oid):
+    run_op(oid, "bfloat16", "forward", "compile")
+
+
+@pytest.mark.parametrize("oid", COMPILED_OP_IDS)
+def test_compiled_backward_float32(oid):
+    run_op(oid, "float32", "backward", "compile")

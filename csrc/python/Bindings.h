@@ -1,6 +1,7 @@
 // The bindings of torchneuron._C, one function per topic (one file each).
 // Bindings only convert types and forward: the logic lives in csrc/runtime,
-// csrc/aten and csrc/profiler.
+// csrc/aten, csrc/profiler and
+// csrc/distributed.
 #pragma once
 
 #include <torch/csrc/utils/pybind.h>
@@ -18,5 +19,8 @@ void bind_stats(pybind11::module_& m);
 // Graph compilation for torch.compile: compile a serialized graph, run the
 // program, the queued-work counter (CompilerBindings.cpp).
 void bind_compiler(pybind11::module_& m);
+// torch.distributed's backend: `_init_distributed()` defines
+// `_distributed.ProcessGroupNeuron` (DistributedBindings.cpp).
+void bind_distributed(pybind11::module_& m);
 
 }  // namespace torchneuron::python

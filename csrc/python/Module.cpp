@@ -36,4 +36,5 @@ PYBIND11_MODULE(_C, m) {
   python::bind_memory(m);
   python::bind_stats(m);
   python::bind_compiler(m);
+  python::bind_distributed(m);
 }

@@ -5,7 +5,13 @@ above baseline x86-64.
 Only code in `neuronkernels::isa_<level>` (and the compiler's tile primitives
 in `neuroncompiler::isa_<level>`, built the same way) may use a level's
 instructions: the
-dispatch runs it only on CPUs that have them. Any other function -- ours, a
+dispatch runs it only on CPUs that have them. The same holds for the clones GCC
+makes of a `__attribute__((target_clones("avx512f", "avx2", "default")))`
+function (`f [clone .avx2]`, `f [clone .avx512f]`, as in collectives/): an
+ifunc resolver picks the clone for the CPU at load time. A clone may use its
+own level's instructions only: AVX-512 (zmm registers, mask registers, the
+EVEX-only xmm16-31/ymm16-31) in an `.avx2` clone is a leak, and so is anything
+above baseline in `[clone .default]`. Any other function -- ours, a
 std:: template instantiated by a kernel file, a helper of a test -- runs on
 every CPU, so an AVX instruction there is a SIGILL waiting for a CPU without
 it (kernels/src/isa_region_begin.hpp explains how such code arises).
@@ -74,6 +80,24 @@ def is_isa_code(name: str) -> bool:
     return any(ns in stripped for ns in ISA_NAMESPACES)
 
 
+# target_clones levels and whether their clones may use AVX-512.
+_CLONE_LEVELS = {"avx2": False, "avx512f": True}
+_CLONE = re.compile(r"\[clone \.(avx2|avx512f)\]$")
+_AVX512_OPERAND = re.compile(r"%zmm|%k[0-7]\b|%[xy]mm(1[6-9]|2[0-9]|3[01])\b|\{%k")
+
+
+def clone_level(name: str):
+    """The target_clones level of a function clone ("avx2", "avx512f"), or None."""
+    m = _CLONE.search(name)
+    return m.group(1) if m else None
+
+
+def allowed_in_clone(level: str, mnemonic: str, line: str) -> bool:
+    if _CLONE_LEVELS[level]:
+        return True
+    return not (_AVX512_OPERAND.search(line) or (mnemonic.startswith("k") and len(mnemonic) > 4))
+
+
 def leaks(binary: str):
     proc = subprocess.run(
         ["objdump", "-d", "-C", "--no-show-raw-insn", binary],
@@ -94,7 +118,10 @@ def leaks(binary: str):
         mnemonic = m.group(1)
         if mnemonic in _PREFIXES:
             continue
-        if above_baseline(mnemonic) and not is_isa_code(current):
+        if not above_baseline(mnemonic) or is_isa_code(current):
+            continue
+        level = clone_level(current)
+        if level is None or not allowed_in_clone(level, mnemonic, line):
             found[current] = line.strip()
     return found, functions
 
@@ -120,7 +147,7 @@ def main(argv):
             print(f"{binary}: {name}\n    uses an instruction above baseline x86-64: {insn}")
         bad += len(found)
         print(f"{binary}: {functions} functions, {len(found)} outside the ISA namespaces "
-              f"with instructions above baseline")
+              f"with instructions above baseline (target_clones clones: their own level)")
     if bad:
         print("Code outside the ISA namespaces runs on every CPU: move it into a kernel body's "
               "ISA region or compile it for baseline (see kernels/src/isa_region_begin.hpp).")

@@ -27,6 +27,10 @@ from .compile.registration import install as _install_compile_hooks  # noqa: E40
 
 _install_compile_hooks()  # torch.compile(model) on neuron tensors picks backend="neuron"
 
+from .distributed import register as _register_distributed  # noqa: E402
+
+_register_distributed()  # init_process_group(backend="neuron"), devices=["neuron"]
+
 __all__ = ["compile_metrics", "executed_ops", "fallback_ops", "kernel_isa", "reset_compile_metrics",
            "reset_executed_ops", "supported_kernel_isas"]
 __version__ = "0.1.0"

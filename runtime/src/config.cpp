@@ -163,8 +163,13 @@ size_t capped_capacity(size_t requested, size_t mem_available, int cores) {
 
 Config make_config(const char* visible_cores, const char* num_cores,
                    const char* device_memory, const char* launch_blocking,
-                   size_t mem_available, const char* kernel_threads) {
+                   size_t mem_available, const char* kernel_threads,
+                   const char* local_world_size, const char* local_rank) {
   Config c;
+  int local_processes = 0;
+  if (!is_blank(local_world_size) && parse_core_count(local_world_size, &local_processes)) {
+    c.local_processes = local_processes;
+  }
   auto fail = [&c](const std::string& message) {
     c.ok = false;
     c.error = message;
@@ -190,7 +195,14 @@ Config make_config(const char* visible_cores, const char* num_cores,
     }
     for (int i = 0; i < n; ++i) c.physical_cores.push_back(i);
   } else {
-    c.physical_cores = {0, 1};
+    const int n = c.local_processes > 2 ? c.local_processes : 2;
+    for (int i = 0; i < n; ++i) c.physical_cores.push_back(i);
+  }
+  int rank = 0;
+  // LOCAL_RANK 0 parses as a count of 0, which parse_core_count refuses.
+  if (!is_blank(local_rank) && (trim(local_rank) == "0" || parse_core_count(local_rank, &rank)) &&
+      rank < c.core_count()) {
+    c.default_device = rank;
   }
   if (!is_blank(device_memory)) {
     if (!parse_memory_size(device_memory, &c.requested_memory)) {
@@ -206,7 +218,9 @@ Config make_config(const char* visible_cores, const char* num_cores,
                 "' is invalid: expected a whole number of threads from 1 to " +
                 std::to_string(kMaxCores));
   }
-  c.capacity = capped_capacity(c.requested_memory, mem_available, c.core_count());
+  // Every local process may fill all of its cores.
+  c.capacity = capped_capacity(c.requested_memory, mem_available,
+                               c.core_count() * c.local_processes);
   c.capped = c.capacity < c.requested_memory;
   if (launch_blocking) {
     const std::string v = lower(trim(launch_blocking));
@@ -228,7 +242,8 @@ const Config* load_from_environment() {
                                 std::getenv("TORCHNEURON_DEVICE_MEMORY"),
                                 std::getenv("NEURON_LAUNCH_BLOCKING"),
                                 read_mem_available(),
-                                std::getenv("TORCHNEURON_KERNEL_THREADS")));
+                                std::getenv("TORCHNEURON_KERNEL_THREADS"),
+                                std::getenv("LOCAL_WORLD_SIZE"), std::getenv("LOCAL_RANK")));
 }
 
 std::vector<const Config*>& retired_configs() {

@@ -20,6 +20,10 @@ struct Config {
   bool capped = false;
   bool launch_blocking = false;
   int kernel_threads = 0;            // threads of the device's own kernels; 0 = one per usable CPU
+  // Under torchrun: processes of this host (LOCAL_WORLD_SIZE) and the device
+  // each thread starts on (LOCAL_RANK, when it is a visible core).
+  int local_processes = 1;
+  int default_device = 0;
   int core_count() const { return static_cast<int>(physical_cores.size()); }
 };
 
@@ -39,8 +43,15 @@ size_t read_mem_available();
 size_t capped_capacity(size_t requested, size_t mem_available, int cores);
 
 // Builds a configuration from raw variable values (nullptr = unset).
+// `local_world_size` and `local_rank` are torchrun's LOCAL_WORLD_SIZE and
+// LOCAL_RANK: without NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES the
+// process sees max(2, LOCAL_WORLD_SIZE) cores, its threads start on core
+// LOCAL_RANK, and the memory cap is shared by every core of every local
+// process. Values that are not whole numbers in range are ignored (they are
+// torchrun's, not ours).
 Config make_config(const char* visible_cores, const char* num_cores,
                    const char* device_memory, const char* launch_blocking,
-                   size_t mem_available, const char* kernel_threads = nullptr);
+                   size_t mem_available, const char* kernel_threads = nullptr,
+                   const char* local_world_size = nullptr, const char* local_rank = nullptr);
 
 }  // namespace neuronrt::detail

@@ -38,7 +38,9 @@ void on_fork_child() {
 // Registered at load time, before any worker thread can exist.
 const int g_atfork_registered = pthread_atfork(nullptr, nullptr, on_fork_child);
 
-thread_local int t_current_device = 0;
+// -1: not set on this thread, which then starts on the configured default
+// (LOCAL_RANK under torchrun, else 0).
+thread_local int t_current_device = -1;
 
 }  // namespace
 
@@ -132,7 +134,7 @@ nrtStatus nrtSetDevice(int device) {
 nrtStatus nrtGetDevice(int* device) {
   if (device == nullptr) return set_error(nrtErrorInvalidValue, "nrtGetDevice: device is null");
   if (nrtStatus st = api_enter(); st != nrtSuccess) return st;
-  *device = t_current_device;
+  *device = t_current_device >= 0 ? t_current_device : config().default_device;
   return nrtSuccess;
 }
 

@@ -115,6 +115,30 @@ TEST(Config, Precedence) {
   EXPECT_TRUE(c.launch_blocking);
 }
 
+TEST(Config, TorchrunLocalRanks) {
+  // Three local processes: three cores each, threads start on LOCAL_RANK,
+  // and the host cap is shared by 3 x 3 cores.
+  auto c = make_config(nullptr, nullptr, nullptr, nullptr, 18 * GiB, nullptr, "3", "2");
+  ASSERT_TRUE(c.ok) << c.error;
+  EXPECT_EQ(c.core_count(), 3);
+  EXPECT_EQ(c.local_processes, 3);
+  EXPECT_EQ(c.default_device, 2);
+  EXPECT_EQ(c.capacity, capped_capacity(24 * GiB, 18 * GiB, 9));
+  c = make_config(nullptr, nullptr, nullptr, nullptr, 0, nullptr, "2", "0");
+  EXPECT_EQ(c.core_count(), 2);
+  EXPECT_EQ(c.default_device, 0);
+  // Explicit cores win; a LOCAL_RANK beyond them leaves threads on core 0.
+  c = make_config("5", nullptr, nullptr, nullptr, 0, nullptr, "4", "3");
+  EXPECT_EQ(c.core_count(), 1);
+  EXPECT_EQ(c.default_device, 0);
+  // Not torchrun's numbers: ignored.
+  c = make_config(nullptr, nullptr, nullptr, nullptr, 0, nullptr, "many", "x");
+  ASSERT_TRUE(c.ok) << c.error;
+  EXPECT_EQ(c.core_count(), 2);
+  EXPECT_EQ(c.local_processes, 1);
+  EXPECT_EQ(c.default_device, 0);
+}
+
 TEST(Config, ErrorMessagesNameVariableValueAndForms) {
   auto c = make_config("zero-three", nullptr, nullptr, nullptr, 0);
   EXPECT_FALSE(c.ok);

@@ -17,6 +17,19 @@ Dynamo is already loaded:
 3. `torch._inductor.codegen.common`: Inductor's registration for `neuron`,
    which refuses clearly (inductor.py) instead of failing with a KeyError
    when `backend="inductor"` is named explicitly on neuron tensors.
+4. `torch._dynamo.decorators`: the torch.neuron functions whose result is
+   fixed for the life of the process (device count, availability, bfloat16
+   support, name) become `assume_constant_result`: Dynamo would otherwise
+   break the graph at the pybind call inside them, as it cannot trace it.
+   (torch.neuron.current_device() reads torch.accelerator, which Dynamo
+   folds with a guard.) The RNG state functions are `skip`ped, as Dynamo
+   skips torch.cuda's: a compiled function that calls them breaks its graph
+   there and runs them eagerly; traced, their pybind calls would break the
+   graph inside them and Dynamo would trace the rest of them as resume
+   functions (under PyTorch's `freeze_rng_state`, in `no_dispatch`, that fails).
+5. `torch.compiler._cache`: the "neuron_program" artifact type (cache.py), so
+   that `torch.compiler.save_cache_artifacts()` carries the program cache's
+   entries and `load_cache_artifacts()` writes them into this process's cache.
 
 Dynamo takes ~2 s to import and `import torch` autoloads torchneuron, so this
 waits: a `sys.meta_path` finder runs the original loader of those modules and
@@ -65,10 +78,28 @@ def _inductor_codegen_loaded(common):
     register(common)
 
 
+def _decorators_loaded(decorators):
+    from ..device_module import _amp, _device, _random
+
+    for fn in (_device.is_available, _device.device_count, _device.get_device_name,
+               _amp.is_bf16_supported):
+        decorators.assume_constant_result(fn)
+    for name in _random.__all__:
+        decorators.skip(getattr(_random, name))  # marks the function itself
+
+
+def _portable_cache_loaded(module):
+    from .cache import register_artifact_type
+
+    register_artifact_type(module)
+
+
 _HOOKS = {
     "torch._dynamo.backends.registry": _registry_loaded,
     "torch._dynamo.device_interface": _device_interface_loaded,
     "torch._inductor.codegen.common": _inductor_codegen_loaded,
+    "torch._dynamo.decorators": _decorators_loaded,
+    "torch.compiler._cache": _portable_cache_loaded,
 }
 _done = set()
 

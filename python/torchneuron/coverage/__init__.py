@@ -7,6 +7,9 @@ bfloat16 logits, sdpa against eager attention and the text-generation pipeline.
 See `cli` for the command line (`python -m torchneuron.coverage --list FILE --out
 DIR`), `tiny_configs` for the configurations, `runner` for how a stage runs, and
 `model_stages` and `generation_stages` for what each stage compares.
+`more_architectures.tsv` lists architectures beyond the project's shared list
+(hybrids, MLA variants, partial rotary, per-layer embeddings) whose tiny
+configurations needed care; the documented run covers both lists.
 """
 
 

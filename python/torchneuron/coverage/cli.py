@@ -1,4 +1,6 @@
-"""Command line: python -m torchneuron.coverage --list FILE --out DIR [--only a,b] [--device neuron]
+"""Command line: python -m torchneuron.coverage --list FILE [--list FILE2 ...] --out DIR [--only a,b] [--device neuron]
+
+Several lists run as one (in order; a model_type listed twice runs once).
 
 Each architecture runs in its own worker process by default (a crash, a hang or a
 device left in a bad state then costs that architecture only); `--in-process` runs
@@ -18,6 +20,16 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 COLUMNS = ("model_type", "causal_lm_class", "config_class")
+
+
+def read_lists(paths):
+    rows, seen = [], set()
+    for path in paths:
+        for row in read_list(path):
+            if row["model_type"] not in seen:
+                seen.add(row["model_type"])
+                rows.append(row)
+    return rows
 
 
 def read_list(path):
@@ -130,7 +142,8 @@ def summary_line(rec, seconds):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m torchneuron.coverage", description=__doc__.split("\n\n")[0])
-    p.add_argument("--list", help="TSV with columns model_type, causal_lm_class, config_class[, special_needs]")
+    p.add_argument("--list", action="append", default=[],
+                   help="TSV with columns model_type, causal_lm_class, config_class[, special_needs]; repeatable")
     p.add_argument("--out", help="output directory (coverage.json, coverage.md, logs/)")
     p.add_argument("--only", default="", help="comma-separated model_types to run")
     p.add_argument("--device", default="neuron")
@@ -165,12 +178,12 @@ def main(argv=None):
 
     from . import report
 
-    rows = read_list(args.list)
+    rows = read_lists(args.list)
     if args.only:
         wanted = [m.strip() for m in args.only.split(",") if m.strip()]
         unknown = sorted(set(wanted) - {r["model_type"] for r in rows})
         if unknown:
-            raise SystemExit(f"--only: not in {args.list}: {', '.join(unknown)}")
+            raise SystemExit(f"--only: not in {', '.join(args.list)}: {', '.join(unknown)}")
         rows = [r for r in rows if r["model_type"] in wanted]
     os.makedirs(args.out, exist_ok=True)
     log_dir = os.path.join(args.out, "logs")

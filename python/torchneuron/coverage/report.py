@@ -140,7 +140,8 @@ def write_markdown(records, meta, out_dir):
         lines += [f"- {m} `{s}`: {_cell(reason, 300)}" for m, s, reason in na]
     lines += ["", f"Produced by `{meta.get('command', '')}` (from the repository root, with "
               "`HF_HUB_OFFLINE=1`). The project's copy is docs/coverage.md: copy DIR/coverage.md "
-              "there after a run over ../shared/architectures.tsv.", ""]
+              "there after a run over ../shared/architectures.tsv and "
+              "python/torchneuron/coverage/more_architectures.tsv.", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
     return path

@@ -206,6 +206,43 @@ ARCH = {
     "solar_open": dict(),
     "nanochat": dict(num_key_value_heads=4),
     "minicpm3": dict(num_key_value_heads=4, head_dim=16),
+    # Hybrids: with 2 layers their default patterns are all linear attention (or recurrent,
+    # or Mamba), and a cache with no attention layer cannot tell its length; one of each.
+    "qwen3_next": dict(
+        layer_types=["linear_attention", "full_attention"], decoder_sparse_step=1, mlp_only_layers=[],
+        linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4,
+    ),
+    "qwen3_5_moe_text": dict(
+        layer_types=["linear_attention", "full_attention"],
+        linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4,
+    ),
+    "jamba": dict(
+        attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+        use_mamba_kernels=False, mamba_dt_rank=8,
+    ),
+    "bamba": dict(attn_layer_indices=[1], mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1),
+    "recurrent_gemma": dict(block_types=["recurrent", "attention"], lru_width=64, attention_window_size=8),
+    # Rotary and head sizes that divide: GPT-J rotates rotary_dim (default 64) of each 16-wide head.
+    "gptj": dict(rotary_dim=8, n_inner=128),
+    # Multi-head latent attention has as many key/value heads as heads (as deepseek_v3 above);
+    # Glm4MoeLite aliases head_dim to qk_rope_head_dim.
+    "glm4_moe_lite": dict(num_key_value_heads=4, head_dim=DROP),
+    "deepseek_v32": dict(num_key_value_heads=4, head_dim=16, index_topk=4, index_head_dim=16, index_n_heads=2),
+    # Layers are `num_layers` here; the rotary embedding is head_dim wide, which must be
+    # qk_rope_head_dim (as in the defaults); zero-compute experts (default 256) fewer than the 4 routed.
+    "longcat_flash": dict(num_layers=2, num_key_value_heads=4, head_dim=8, zero_expert_num=2),
+    # 4 layers so that the last two share the key/value states of the first two (as gemma4_text);
+    # every per-layer list has one entry per layer.
+    "gemma3n_text": dict(
+        num_hidden_layers=4, layer_types=SW_FULL * 2, num_kv_shared_layers=2, intermediate_size=[128] * 4,
+        activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0], vocab_size_per_layer_input=VOCAB,
+        hidden_size_per_layer_input=8, laurel_rank=8, altup_num_inputs=2,
+    ),
+    # Without layer_types the builder crashes; one convolution and one attention layer,
+    # the first dense and the second a mixture of experts.
+    "lfm2_moe": dict(layer_types=["conv", "full_attention"], num_dense_layers=1, conv_L_cache=3),
 }
 
 
@@ -265,4 +302,33 @@ def check_config(config):
             types = None
         if isinstance(types, (list, tuple)) and layers is not None and len(types) != layers:
             problems.append(f"{name} has {len(types)} entries for {layers} layers")
+    missing = missing_layer_kinds(type(config), text)
+    if missing:
+        problems.append(f"no layer of the kinds {missing} of the full-size pattern (every kind needs one: a hybrid "
+                        "whose layers are all linear attention has a cache that cannot tell its length)")
     return problems
+
+
+# Per-layer pattern attributes of the config classes (properties on some, e.g. Jamba's).
+LAYER_PATTERNS = ("layer_types", "layers_block_type", "block_types")
+
+
+def layer_kinds(config):
+    kinds = set()
+    for name in LAYER_PATTERNS:
+        try:
+            types = getattr(config, name, None)
+        except Exception:  # some configs guard per-layer attributes
+            types = None
+        if isinstance(types, (list, tuple)):
+            kinds.update(t for t in types if isinstance(t, str))
+    return kinds
+
+
+def missing_layer_kinds(config_class, config):
+    """The kinds of layer the class's default (full-size) pattern has and `config` lacks."""
+    try:
+        default = config_class()
+    except Exception:  # a class without usable defaults: nothing to compare with
+        return []
+    return sorted(layer_kinds(default) - layer_kinds(config))

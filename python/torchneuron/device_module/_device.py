@@ -81,6 +81,13 @@ def _is_in_bad_fork() -> bool:
 
 
 def current_device() -> int:
+    if torch.compiler.is_compiling():
+        # Dynamo folds torch.accelerator's query into a constant guarded on its
+        # value (as it does torch.cuda.current_device): a compiled function that
+        # reads the current device neither breaks its graph nor keeps a stale
+        # index after set_device. Eagerly, the direct query: torch.accelerator's
+        # would initialize the device, and a query must not.
+        return torch.accelerator.current_device_index()
     return _C._get_device()
 
 

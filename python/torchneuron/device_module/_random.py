@@ -4,6 +4,11 @@ import torch
 from .. import _C
 from ._device import _checked_index, device_count
 
+# The functions of torch.neuron's RNG interface (compile/registration.py keeps
+# Dynamo from tracing into them).
+__all__ = ["manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
+           "set_rng_state", "get_rng_state_all", "set_rng_state_all"]
+
 
 def _generator(device=None, op: str = "default_generators") -> torch.Generator:
     return _C._default_generator(_checked_index(device, op))

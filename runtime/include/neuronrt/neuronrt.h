@@ -47,7 +47,8 @@ typedef struct nrtDeviceProp {
 // else NEURON_RT_NUM_CORES, else 2. Never starts threads.
 nrtStatus nrtGetDeviceCount(int* count);
 nrtStatus nrtGetDeviceProperties(nrtDeviceProp* prop, int device);
-// Per-thread current device (default 0).
+// Per-thread current device (default 0; under torchrun LOCAL_RANK when that
+// core is visible).
 nrtStatus nrtSetDevice(int device);
 nrtStatus nrtGetDevice(int* device);
 // Waits for all streams of the device; reports (and clears) their first errors.

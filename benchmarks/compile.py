@@ -1,0 +1,290 @@
+"""torch.compile benchmark: `backend="neuron"` against neuron eager and Inductor on CPU.
+
+    python benchmarks/compile.py [--quick] [--only CASE ...] [--dtypes float32 bfloat16]
+
+Cases (each peer of each case and dtype runs in its own fresh process, see
+fresh_process.py):
+  block        inference forward of a pre-norm transformer block (RMSNorm,
+               attention through scaled_dot_product_attention, SwiGLU MLP)
+  mlp_train    training step of a 2-layer GELU MLP (compiled forward and
+               backward, AdamW step)
+  block_train  training step of the transformer block
+  decode_bs1   greedy decoding of the ~100M Llama of generate.py, static cache,
+  decode_bs8   batch 1 and 8 (Transformers compiles the decode step by itself)
+Peers:
+  eager        neuron eager (decoding with disable_compile=True)
+  neuron       torch.compile(backend="neuron") on neuron tensors (decoding
+               under Transformers' default auto-compile: backend "neuron")
+  inductor     torch.compile (Inductor) on CPU tensors (decoding with
+               CompileConfig(backend="inductor"), _compile_all_devices=True);
+               its caches go to a fresh directory, so its compile is cold
+
+Reported per case: the steady time per step (or tokens/s) of each peer and the
+ratios neuron/eager and neuron/inductor (targets: >= 1.5x eager on the block
+and decode, >= 1.0x Inductor on decode and the training step), the first
+call's wall time (tracing and compiling included) of each compiled peer, and
+the neuron backend's own compile time (compile_metrics(): every phase but
+Dynamo's). For bfloat16 decode at batch 1 it also prints the bandwidth bound:
+the model's bytes read per token over the streaming read bandwidth measured in
+the same process (target: >= 70% of it).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from fresh_process import isa_line, measure_in_fresh_process  # noqa: E402
+
+CASES = ("block", "mlp_train", "block_train", "decode_bs1", "decode_bs8")
+PEERS = ("eager", "neuron", "inductor")
+
+
+def sync(device):
+    import torch
+
+    if device.type == "neuron":
+        torch.neuron.synchronize(device)
+
+
+def steady_seconds(step, device, repeats):
+    """First call's wall time (compiles) and the median of `repeats` later calls."""
+    t = time.perf_counter()
+    step()
+    sync(device)
+    first = time.perf_counter() - t
+    step()  # a second warm-up: the device runs a new signature's first call synchronously
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        step()
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return first, statistics.median(times)
+
+
+# ---- the models ---------------------------------------------------------------
+
+
+def make_block(torch, dim, heads):
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = heads
+            self.norm1 = nn.RMSNorm(dim)
+            self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+            self.proj = nn.Linear(dim, dim, bias=False)
+            self.norm2 = nn.RMSNorm(dim)
+            self.gate = nn.Linear(dim, 4 * dim, bias=False)
+            self.up = nn.Linear(dim, 4 * dim, bias=False)
+            self.down = nn.Linear(4 * dim, dim, bias=False)
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads).unbind(2)
+            a = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+            h = self.norm2(x)
+            return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+    return Block()
+
+
+def make_mlp(torch, dim):
+    from torch import nn
+
+    return nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim),
+                         nn.GELU(), nn.Linear(dim, dim))
+
+
+def compiled(torch, model, peer):
+    if peer == "eager":
+        return model
+    return torch.compile(model, backend="neuron" if peer == "neuron" else "inductor")
+
+
+def measure_module_case(case, peer, dtype_name, quick, repeats):
+    import torch
+
+    device = torch.device("cpu" if peer == "inductor" else "neuron")
+    dtype = getattr(torch, dtype_name)
+    dim, seq, batch = (256, 64, 2) if quick else (768, 256, 4)
+    torch.manual_seed(0)
+    if case == "mlp_train":
+        model = make_mlp(torch, dim)
+        x = torch.randn(64, dim)
+    else:
+        model = make_block(torch, dim, 12 if dim % 12 == 0 else 8)
+        x = torch.randn(batch, seq, dim)
+    model = model.to(device=device, dtype=dtype)
+    x = x.to(device=device, dtype=dtype)
+    run = compiled(torch, model, peer)
+    if case == "block":
+        model.eval()
+
+        def step():
+            with torch.no_grad():
+                run(x)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            run(x).float().square().mean().backward()
+            opt.step()
+
+    first, steady = steady_seconds(step, device, repeats)
+    return {"steady_s": steady, "first_s": first, **backend_share(peer)}
+
+
+def backend_share(peer):
+    """The neuron backend's own compile time (every phase but Dynamo's) and
+    how its graphs' nodes ran, from compile_metrics()."""
+    if peer != "neuron":
+        return {}
+    import torchneuron
+
+    records = torchneuron.compile_metrics()
+    own = sum(ms for r in records for phase, ms in r["times_ms"].items() if phase != "dynamo")
+    nodes = {}
+    for r in records:
+        for counts in r["nodes"].values():
+            for kind, n in counts.items():
+                nodes[kind] = nodes.get(kind, 0) + n
+    return {"backend_ms": own, "graphs": len(records), "nodes": nodes,
+            "executor": records[0]["executor"] if records else None}
+
+
+# ---- decoding -------------------------------------------------------------------
+
+
+def read_bandwidth(torch):
+    """Streaming read bandwidth of this process's threads (bytes/s): the best of
+    a few sums over 512 MiB, far beyond any cache."""
+    x = torch.ones(128 * 1024 * 1024)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t)
+    return x.numel() * x.element_size() / best
+
+
+def measure_decode(case, peer, dtype_name, quick, repeats):
+    import torch
+    from transformers import CompileConfig
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from generate import build
+
+    batch = int(case.removeprefix("decode_bs"))
+    new_tokens = 16 if quick else 64
+    device = torch.device("cpu" if peer == "inductor" else "neuron")
+    dtype = getattr(torch, dtype_name)
+    model = build(dtype).to(device)
+    ids = torch.randint(3, 16000, (batch, 16), generator=torch.Generator().manual_seed(1)).to(device)
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                  cache_implementation="static", pad_token_id=0)
+    if peer == "eager":
+        kwargs["disable_compile"] = True
+    elif peer == "inductor":
+        config = CompileConfig(backend="inductor")
+        config._compile_all_devices = True  # Transformers auto-compiles only accelerators
+        kwargs["compile_config"] = config
+
+    def step():
+        with torch.no_grad():
+            out = model.generate(ids, **kwargs)
+        assert out.shape[1] == 16 + new_tokens
+        return out
+
+    first, steady = steady_seconds(step, device, repeats)
+    out = {"tokens_per_s": batch * new_tokens / steady, "first_s": first, **backend_share(peer)}
+    if peer == "neuron":
+        import torchneuron
+
+        out["recompiles_after_first_call"] = sum(
+            1 for r in torchneuron.compile_metrics() if r["recompile_reason"])
+    out["model_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
+    out["read_bandwidth"] = read_bandwidth(torch)
+    return out
+
+
+def measure(case, peer, dtype_name, quick, repeats):
+    if peer == "inductor":
+        # A fresh cache: Inductor's compile is measured cold, as ours is.
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-bench-")
+    if case.startswith("decode"):
+        return measure_decode(case, peer, dtype_name, quick, repeats)
+    return measure_module_case(case, peer, dtype_name, quick, repeats)
+
+
+# ---- report -----------------------------------------------------------------------
+
+
+def report(case, dtype_name, r):
+    decode = case.startswith("decode")
+    speed = {p: (r[p]["tokens_per_s"] if decode else 1.0 / r[p]["steady_s"]) for p in r}
+    unit = "tokens/s" if decode else "ms/step"
+    shown = {p: (speed[p] if decode else 1e3 * r[p]["steady_s"]) for p in r}
+    cells = "".join(f"{shown[p]:>11.1f}" for p in PEERS)
+    ratio_e = speed["neuron"] / speed["eager"]
+    ratio_i = speed["neuron"] / speed["inductor"]
+    print(f"  {case:<12}{unit:>9}{cells}{ratio_e:>10.2f}x{ratio_i:>10.2f}x", flush=True)
+    n = r["neuron"]
+    print(f"  {'':<12}first call: neuron {n['first_s']:.2f} s (backend's own "
+          f"{n['backend_ms']:.0f} ms, {n['graphs']} graphs, executor {n['executor']}, "
+          f"nodes {n['nodes']}), inductor {r['inductor']['first_s']:.2f} s "
+          f"({n['first_s'] / r['inductor']['first_s']:.2f}x)", flush=True)
+    if decode:
+        print(f"  {'':<12}recompilations after the first call: {n['recompiles_after_first_call']}")
+        if case == "decode_bs1":
+            bound = n["read_bandwidth"] / n["model_bytes"]
+            print(f"  {'':<12}bandwidth bound {bound:.1f} tokens/s ({n['model_bytes'] / 1e6:.0f} MB "
+                  f"per token at {n['read_bandwidth'] / 1e9:.1f} GB/s): neuron at "
+                  f"{100 * speed['neuron'] / bound:.0f}% of it", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="torch.compile benchmark")
+    parser.add_argument("--quick", action="store_true", help="small shapes, 16 new tokens")
+    parser.add_argument("--only", nargs="+", choices=CASES, default=list(CASES))
+    parser.add_argument("--dtypes", nargs="+", choices=("float32", "bfloat16"),
+                        default=["float32", "bfloat16"])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--child", nargs=5, metavar=("DEVICE", "CASE", "PEER", "DTYPE", "QUICK"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _, case, peer, dtype_name, quick = args.child
+        print(json.dumps(measure(case, peer, dtype_name, quick == "1", args.repeats)))
+        return
+    import torch
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; each peer of each case "
+          "in its own process", flush=True)
+    print(isa_line(), flush=True)
+    for dtype_name in args.dtypes:
+        print(f"\n{dtype_name}{' (quick)' if args.quick else ''}")
+        print(f"  {'case':<12}{'unit':>9}" + "".join(f"{p:>11}" for p in PEERS)
+              + f"{'vs eager':>11}{'vs induct':>11}")
+        for case in args.only:
+            results = {}
+            for peer in PEERS:
+                device = "cpu" if peer == "inductor" else "neuron"
+                results[peer] = measure_in_fresh_process(
+                    __file__, device, case, peer, dtype_name, int(args.quick),
+                    "--repeats", args.repeats)
+            report(case, dtype_name, results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+// torch.distributed's "neuron" backend: a c10d::Backend whose collectives
+// run neuroncoll (collectives/) on the raw device buffers of the ranks of
+// one host.
+//
+// Ordering: each group owns one queue, a runtime stream of its own on the
+// group's device. A collective is queued there behind an event of the
+// caller's current stream (so it sees every value queued before it), and all
+// collectives of the group run one after another in the order they were
+// issued, whatever stream issued them, so ranks cannot disagree on the order.
+// Work::wait() blocks the host until the collective has run (ops issued after
+// it, on any stream, see its result); get_future() completes with the
+// outputs. Errors of neuroncoll (mismatch, timeout naming the missing ranks,
+// a peer's error) are raised by wait() as DistBackendError; after a timeout
+// the group is broken and later collectives fail at once.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "csrc/distributed/NeuronWork.h"
+#include "csrc/distributed/TensorStaging.h"
+#include "neuroncoll/group.hpp"
+#include "neuronrt/neuronrt.h"
+
+namespace torchneuron {
+
+class ProcessGroupNeuron final : public c10d::Backend {
+ public:
+  // Meets the other ranks through `store` (every rank of the group
+  // constructs its backend); `timeout` bounds every wait of the group.
+  ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                     std::chrono::milliseconds timeout, const std::string& group_name);
+  ~ProcessGroupNeuron() override;
+
+  const std::string getBackendName() const override { return "neuron"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  // c10d's coalescing (batch_isend_irecv, _coalescing_manager with a device):
+  // sends and receives issued in between are run together by one task, chunk
+  // by chunk in turn, so that a batch in which ranks send to each other
+  // completes whatever the message sizes. Other collectives issued in
+  // between run in order as usual; the work of endCoalescing() completes
+  // after all of them (the group's queue is ordered).
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  // Which paths this rank's collectives took (tests, profiling).
+  neuroncoll::GroupStats stats() const;
+
+ private:
+  using Body = std::function<void(neuroncoll::Group&)>;
+  // Queues `body` on the group's queue behind the current stream of
+  // `device`; the work completes with `outputs`.
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
+                                         c10::DeviceIndex device, std::vector<at::Tensor> outputs,
+                                         Body body);
+  // The same with a work made earlier (the coalesced one).
+  c10::intrusive_ptr<c10d::Work> enqueue_work(c10::intrusive_ptr<NeuronWork> work,
+                                              const char* name, c10::DeviceIndex device, Body body);
+  // A send or receive recorded while coalescing: the coalesced work.
+  c10::intrusive_ptr<c10d::Work> record_p2p(bool is_send, const at::Tensor& t, int peer, int tag,
+                                            neuroncoll::DType dt);
+  nrtStream_t queue_for(c10::DeviceIndex device, const char* name);
+  // The one tensor of a collective's tensor list (one device per rank).
+  static const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* name);
+  void check_rank(int64_t rank, const char* name, const char* what) const;
+
+  // Called by a task when it has run: its reference to the work (which holds
+  // the caller's tensors) is dropped on a caller's thread, at the next
+  // enqueue or when the group is destroyed, never on the worker.
+  void retire(c10::intrusive_ptr<c10d::Work> work);
+
+  std::unique_ptr<neuroncoll::Group> group_;
+  mutable std::mutex mu_;
+  nrtStream_t queue_ = nullptr;
+  c10::DeviceIndex device_ = -1;
+  std::vector<c10::intrusive_ptr<c10d::Work>> retired_;  // guarded by mu_
+
+  // Between startCoalescing() and endCoalescing() (the caller's thread only).
+  struct P2P {
+    bool is_send;
+    StagedTensor tensor;
+    int peer, tag;
+    neuroncoll::DType dtype;
+  };
+  static void run_p2p_batch(neuroncoll::Group& g, const std::vector<P2P>& ops, int size);
+  bool coalescing_ = false;
+  std::vector<P2P> coalesced_p2p_;
+  c10::DeviceIndex coalesced_device_ = -1;
+  c10::intrusive_ptr<NeuronWork> coalesced_work_;
+};
+
+}  // namespace torchneuron

@@ -1,0 +1,44 @@
+#include <pybind11/chrono.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include "csrc/distributed/ProcessGroupNeuron.h"
+#include "csrc/python/Bindings.h"
+
+namespace py = pybind11;
+
+namespace torchneuron::python {
+namespace {
+
+void define_process_group(py::module_& m) {
+  py::module_ sub = m.def_submodule("_distributed", "torch.distributed's neuron backend");
+  py::class_<ProcessGroupNeuron, c10d::Backend, c10::intrusive_ptr<ProcessGroupNeuron>>(
+      sub, "ProcessGroupNeuron")
+      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds,
+                    const std::string&>(),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::arg("group_name"), py::call_guard<py::gil_scoped_release>())
+      .def("_stats", [](const ProcessGroupNeuron& pg) {
+        const neuroncoll::GroupStats s = pg.stats();
+        py::dict d;
+        d["collectives"] = s.collectives;
+        d["small_all_reduces"] = s.small_all_reduces;
+        d["chunked_all_reduces"] = s.chunked_all_reduces;
+        d["direct_all_reduces"] = s.direct_all_reduces;
+        d["direct_broadcasts"] = s.direct_broadcasts;
+        d["direct_all_gathers"] = s.direct_all_gathers;
+        return d;
+      });
+}
+
+}  // namespace
+
+void bind_distributed(py::module_& m) {
+  // c10d's Python types (Backend, Store) exist once torch.distributed has
+  // been imported, so the class is defined on first request, not at load.
+  m.def("_init_distributed", [m]() mutable {
+    if (!py::hasattr(m, "_distributed")) define_process_group(m);
+    return m.attr("_distributed");
+  });
+}
+
+}  // namespace torchneuron::python

@@ -1,0 +1,63 @@
+"""Faults: a mismatch is reported on every rank and the group keeps working; a rank that
+leaves early ends the others' collective with a timeout naming it."""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from common import check, init, rank_env
+
+
+def expect_error(fn, *needles):
+    try:
+        fn()
+    except RuntimeError as e:  # DistBackendError is a RuntimeError
+        msg = str(e)
+        for n in needles:
+            check(n in msg, f"error message {msg!r} lacks {n!r}")
+        print(f"rank {dist.get_rank()}: {type(e).__name__}: {msg.splitlines()[0][:300]}", flush=True)
+        return e
+    raise AssertionError(f"no error raised, expected one with {needles}")
+
+
+def main():
+    rank, world, _ = rank_env()
+    timeout = float(os.environ.get("FAULT_TIMEOUT", "4"))
+    dev = init("neuron", timeout_s=timeout)
+    # Ranks disagree on the size: every rank learns it.
+    t = torch.ones(4 + rank, device=dev)
+    e = expect_error(lambda: dist.all_reduce(t), "mismatch", "all_reduce")
+    check(isinstance(e, dist.DistBackendError), f"{type(e)} is a DistBackendError")
+    # ... and on the op.
+    op = dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX
+    expect_error(lambda: dist.all_reduce(torch.ones(3, device=dev), op=op), "mismatch")
+    # Bad input on one rank only (bitwise op on floats on rank 0).
+    bad = torch.ones(3, device=dev) if rank == 0 else torch.ones(3, dtype=torch.int64, device=dev)
+    expect_error(lambda: dist.all_reduce(bad, op=dist.ReduceOp.BAND))
+    # Argument errors c10d passes on are raised at the call and queue nothing.
+    expect_error(lambda: dist.all_gather_single(torch.empty(3, device=dev), torch.ones(2, device=dev)),
+                 "ProcessGroupNeuron all_gather_into_tensor", "group size (2)")
+    expect_error(lambda: dist.all_to_all_single(torch.empty(4, device=dev), torch.ones(4, device=dev),
+                                                [1, 3], [3, 3]),
+                 "ProcessGroupNeuron all_to_all_single", "add up to 6 rows")
+    # The group still works.
+    u = torch.ones(5, device=dev)
+    dist.all_reduce(u)
+    check(torch.equal(u.cpu(), torch.full((5,), float(world))), "all_reduce after errors")
+    print(f"rank {rank}: mismatches OK", flush=True)
+    # Rank world-1 leaves without a word; the others time out naming it.
+    if rank == world - 1:
+        sys.stdout.flush()
+        os._exit(0)
+    v = torch.ones(5, device=dev)
+    expect_error(lambda: dist.all_reduce(v), "timeout", str(world - 1))
+    # The process keeps working (the device; the broken group refuses quickly).
+    check(torch.equal((v * 2).cpu(), torch.full((5,), 2.0)), "device usable after the timeout")
+    expect_error(lambda: dist.all_reduce(v))
+    print(f"rank {rank}: timeout OK", flush=True)
+    os._exit(0)  # the group is broken: do not wait for a clean shutdown
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""The compiled-program cache on disk (python/torchneuron/compile/cache.py).
+
+Entries are checked like any file another process may have written: whole or
+absent while being written, corruption and truncation detected and rebuilt,
+keys that change with everything a program depends on, and PyTorch's portable
+cache (save/load_cache_artifacts) carrying the entries to another process.
+"""
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchneuron.compile import cache
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "ab" + "0" * 62
+
+
+def test_entries_round_trip_and_miss_cleanly(tmp_path):
+    assert cache.load(KEY, tmp_path) == (None, None)
+    payload = bytes(range(256)) * 40
+    assert cache.store(KEY, payload, tmp_path)
+    assert cache.load(KEY, tmp_path) == (payload, None)
+    assert cache.store(KEY, b"", tmp_path)  # an empty program is a valid entry
+    assert cache.load(KEY, tmp_path) == (b"", None)
+    leftovers = [p for p in tmp_path.rglob("*") if p.suffix == ".tmp"]
+    assert not leftovers, leftovers
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda b: b[:10], "truncated header"),
+    (lambda b: b[:-1], "truncated payload"),
+    (lambda b: b[:100] + bytes([b[100] ^ 1]) + b[101:], "checksum mismatch"),
+    (lambda b: b"XXXXXXXX" + b[8:], "bad magic"),
+    (lambda b: b[:8] + (cache.ENTRY_VERSION + 1).to_bytes(4, "little") + b[12:], "entry format version"),
+])
+def test_bad_entries_are_reported_removed_and_rebuilt(tmp_path, damage, why):
+    cache.store(KEY, b"program" * 100, tmp_path)
+    path = next(tmp_path.rglob("*.prog"))
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.warns(UserWarning, match=why):
+        payload, reason = cache.load(KEY, tmp_path)
+    assert payload is None and why in reason
+    assert not path.exists(), "the bad entry was left in place"
+    assert cache.store(KEY, b"rebuilt", tmp_path)
+    assert cache.load(KEY, tmp_path) == (b"rebuilt", None)
+
+
+def test_unwritable_directory_keeps_working_in_memory(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    with pytest.warns(UserWarning, match="kept in memory only"):
+        assert not cache.store(KEY, b"x", blocked / "cache")
+    assert cache.load(KEY, blocked / "cache") == (None, None)
+
+
+def test_malformed_keys_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="malformed key"):
+        cache.store("../escape", b"x", tmp_path)
+
+
+def test_directory_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHNEURON_CACHE_DIR", str(tmp_path / "c"))
+    assert cache.cache_dir() == tmp_path / "c"
+    monkeypatch.setenv("TORCHNEURON_CACHE_DIR", "off")
+    assert cache.cache_dir() is None
+    assert not cache.store(KEY, b"x") and cache.load(KEY) == (None, None)
+    monkeypatch.delenv("TORCHNEURON_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_dir() == tmp_path / "xdg" / "torchneuron" / "compile"
+
+
+def test_keys_change_with_graph_options_and_environment(monkeypatch):
+    base = cache.program_key(b"graph", {"mode": "default"})
+    assert base == cache.program_key(b"graph", {"mode": "default"})
+    assert base != cache.program_key(b"graph2", {"mode": "default"})
+    assert base != cache.program_key(b"graph", {"mode": "max-autotune"})
+    env = dict(cache.environment())
+    monkeypatch.setattr(cache, "_environment", dict(env, kernel_isa="baseline"))
+    assert base != cache.program_key(b"graph", {"mode": "default"}), "the CPU features are not in the key"
+    monkeypatch.setattr(cache, "_environment", dict(env, torch="0.0"))
+    assert base != cache.program_key(b"graph", {"mode": "default"}), "the torch version is not in the key"
+
+
+def _writer(directory, payload, rounds):
+    for _ in range(rounds):
+        assert cache.store(KEY, payload, Path(directory))
+
+
+def test_concurrent_writers_and_readers_see_whole_entries(tmp_path):
+    payload = os.urandom(1 << 20)
+    ctx = mp.get_context("fork")  # the writers only write files: no device use after the fork
+    writers = [ctx.Process(target=_writer, args=(str(tmp_path), payload, 20)) for _ in range(2)]
+    for w in writers:
+        w.start()
+    seen = 0
+    while any(w.is_alive() for w in writers):
+        got, why = cache.load(KEY, tmp_path)
+        assert why is None, why  # never a partial entry
+        seen += got is not None
+        assert got in (None, payload)
+    for w in writers:
+        w.join(60)
+        assert w.exitcode == 0
+    assert cache.load(KEY, tmp_path) == (payload, None)
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_save_cache_artifacts_carries_entries_to_another_process(tmp_path):
+    """torch.compiler.save_cache_artifacts() in one process, load_cache_artifacts()
+    in a fresh one with an empty cache directory: the entry is there afterwards."""
+    script = textwrap.dedent(f"""
+        import sys, torch, torch.compiler
+        from torchneuron.compile import cache
+        key = {KEY!r}
+        if sys.argv[1] == "save":
+            cache.store(key, b"portable program")
+            saved = torch.compiler.save_cache_artifacts()
+            assert saved is not None, "no artifacts recorded"
+            artifacts, info = saved
+            assert info.neuron_program_artifacts == [key], info.artifacts
+            open(sys.argv[2], "wb").write(artifacts)
+        else:
+            assert cache.load(key) == (None, None)
+            info = torch.compiler.load_cache_artifacts(open(sys.argv[2], "rb").read())
+            assert info is not None and info.neuron_program_artifacts == [key]
+            assert cache.load(key) == (b"portable program", None)
+            print("loaded")
+    """)
+    blob = tmp_path / "artifacts.bin"
+    for step, directory in (("save", "a"), ("load", "b")):
+        env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(tmp_path / directory),
+                   PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]))
+        result = subprocess.run([sys.executable, "-c", script, step, str(blob)], env=env,
+                                capture_output=True, text=True, timeout=240)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("loaded")

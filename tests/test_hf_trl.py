@@ -1,0 +1,238 @@
+"""TRL on neuron, as TRL's own examples call it: `SFTTrainer` with the default
+`SFTConfig` (bf16 mixed precision) on plain-text and conversational datasets,
+with packing and with a PEFT `LoraConfig`, and `DPOTrainer` with the default
+`DPOConfig`, each against the same script on CPU (`use_cpu=True`).
+
+Nothing in the scripts names the device: `SFTConfig().device` is neuron:0 as it
+is cuda:0 on a GPU (hf_integration, the Transformers adaptations). A tiny Llama
+with random weights and a character-level tokenizer with a chat template
+stand in for a downloaded model; the datasets are made with
+`datasets.Dataset.from_dict`.
+
+DPO rather than GRPO as the second trainer: it is the step users take after SFT
+(preference pairs, a frozen reference model next to the trained one), and its
+loss is deterministic, so it can be compared with CPU step by step. GRPO samples
+its completions with the device's generator, whose stream is independent of
+the CPU's by design, so a CPU comparison could only be statistical.
+"""
+import json
+import os
+import string
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torchneuron  # noqa: F401
+
+pytest.importorskip("trl", reason="trl (requirements.txt) is not installed")
+import datasets  # noqa: E402
+import peft  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
+
+pytestmark = [
+    # Deprecations inside the libraries, not in these scripts.
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated"),
+]
+
+SPECIAL = ["<pad>", "<eos>", "<|user|>", "<|assistant|>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<eos>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+# bf16 autocast on both devices: the matmuls round to bfloat16 in a different
+# order on neuron and on CPU, so losses agree to about 1e-4, not to float32's 1e-6.
+BF16_TOL = dict(atol=2e-3, rtol=2e-3)
+
+
+def tiny_tokenizer():
+    """One token per character, the chat roles and <eos> as special tokens."""
+    chars = string.ascii_lowercase + string.digits + " +=?"
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + list(chars))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>",
+                                  additional_special_tokens=SPECIAL[2:])
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def tiny_model(tok):
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
+    return LlamaForCausalLM(config)
+
+
+def saved_model(tmp_path):
+    """A model directory, as users pass a hub name or a path to the trainers."""
+    path = tmp_path / "tiny-llama"
+    tok = tiny_tokenizer()
+    tiny_model(tok).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+PAIRS = [(a, b) for a in range(6) for b in range(4)]
+
+
+def text_dataset():
+    return datasets.Dataset.from_dict({"text": [f"{a} plus {b} is {a + b}" for a, b in PAIRS]})
+
+
+def chat_dataset():
+    return datasets.Dataset.from_dict({"messages": [
+        [{"role": "user", "content": f"{a}+{b}=?"}, {"role": "assistant", "content": str(a + b)}]
+        for a, b in PAIRS]})
+
+
+def preference_dataset():
+    return datasets.Dataset.from_dict({
+        "prompt": [f"{a}+{b}=?" for a, b in PAIRS[:12]],
+        "chosen": [str(a + b) for a, b in PAIRS[:12]],
+        "rejected": [str(a + b + 1) for a, b in PAIRS[:12]],
+    })
+
+
+def losses(trainer):
+    return torch.tensor([h["loss"] for h in trainer.state.log_history if "loss" in h])
+
+
+def sft_run(device, tmp_path, dataset, **config):
+    tok = tiny_tokenizer()
+    args = SFTConfig(output_dir=str(tmp_path / f"sft-{device}"), max_steps=3, per_device_train_batch_size=4,
+                     logging_steps=1, report_to="none", save_strategy="no",
+                     use_cpu=device == "cpu", **{"learning_rate": 1e-2, **config.pop("args", {})})
+    trainer = SFTTrainer(model=tiny_model(tok), args=args, train_dataset=dataset, processing_class=tok, **config)
+    before = trainable(trainer.model)
+    trainer.train()
+    after = trainable(trainer.model)
+    return trainer, losses(trainer), {n: after[n] - before[n] for n in after}
+
+
+def trainable(model):
+    return {n: p.detach().float().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def assert_same_updates(dev_updates, cpu_updates, min_cosine=0.98):
+    """AdamW's first steps move each weight by about +-lr, with the sign of its
+    gradient; where a gradient is near zero, rounding (bf16's much more than
+    float32's) flips the sign. So the updates are compared as directions
+    (cosine), not element by element."""
+    assert dev_updates.keys() == cpu_updates.keys()
+    for name, cpu in cpu_updates.items():
+        dev = dev_updates[name]
+        assert cpu.abs().max() > 0, name
+        cosine = torch.nn.functional.cosine_similarity(dev.flatten(), cpu.flatten(), dim=0)
+        assert cosine > min_cosine, f"{name}: updates on neuron and CPU have cosine {cosine:.4f}"
+
+
+def assert_sft_matches_cpu(tmp_path, dataset, **config):
+    cpu, cpu_losses, cpu_updates = sft_run("cpu", tmp_path, dataset, **dict(config))
+    dev, dev_losses, dev_updates = sft_run("neuron", tmp_path, dataset, **dict(config))
+    assert cpu.args.device.type == "cpu"
+    assert dev.args.device == torch.device("neuron", 0)
+    assert next(dev.model.parameters()).device.type == "neuron"
+    assert dev.args.bf16 and dev.accelerator.mixed_precision == "bf16"  # SFTConfig's default
+    assert len(dev_losses) == 3
+    torch.testing.assert_close(dev_losses, cpu_losses, **BF16_TOL)
+    assert_same_updates(dev_updates, cpu_updates)
+    return dev, dev_losses
+
+
+def test_sft_default_config_plain_text_matches_cpu(tmp_path):
+    dev, dev_losses = assert_sft_matches_cpu(tmp_path, text_dataset())
+    assert dev_losses[-1] < dev_losses[0]
+
+
+def test_sft_float32_matches_cpu_and_bf16_default_differs(tmp_path):
+    """With bf16=False, losses and weights equal CPU's to float32 tolerance; the
+    default's losses differ from those: autocast ran on the device."""
+    _, cpu_fp32, cpu_updates = sft_run("cpu", tmp_path, text_dataset(), args=dict(bf16=False))
+    dev, fp32, dev_updates = sft_run("neuron", tmp_path, text_dataset(), args=dict(bf16=False))
+    assert dev.accelerator.mixed_precision == "no"
+    torch.testing.assert_close(fp32, cpu_fp32)
+    assert_same_updates(dev_updates, cpu_updates, min_cosine=0.999)
+    _, bf16, _ = sft_run("neuron", tmp_path, text_dataset())
+    assert not torch.allclose(bf16, fp32, atol=1e-5, rtol=0)
+    torch.testing.assert_close(bf16, fp32, atol=5e-2, rtol=5e-2)
+
+
+def test_sft_conversational_dataset_with_chat_template_matches_cpu(tmp_path):
+    dev, _ = assert_sft_matches_cpu(tmp_path, chat_dataset())
+    first = dev.train_dataset[0]["input_ids"]
+    assert dev.processing_class.decode(first) == "<|user|>0+0=?<eos><|assistant|>0<eos>"
+
+
+def test_sft_packing_matches_cpu(tmp_path):
+    dev, _ = assert_sft_matches_cpu(tmp_path, text_dataset(), args=dict(packing=True, max_length=32))
+    assert all(len(row["input_ids"]) <= 32 for row in dev.train_dataset)
+    assert len(dev.train_dataset) < len(PAIRS)  # several examples per packed row
+
+
+def test_sft_peft_lora_matches_cpu(tmp_path):
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    dev, _ = assert_sft_matches_cpu(tmp_path, chat_dataset(), peft_config=lora)
+    assert isinstance(dev.model, peft.PeftModel)
+    trained = {n for n, p in dev.model.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in n for n in trained)
+
+
+def test_dpo_default_config_matches_cpu(tmp_path):
+    path = saved_model(tmp_path)
+
+    def run(device):
+        args = DPOConfig(output_dir=str(tmp_path / f"dpo-{device}"), max_steps=3, per_device_train_batch_size=4,
+                         learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no",
+                         use_cpu=device == "cpu")
+        trainer = DPOTrainer(model=path, args=args, train_dataset=preference_dataset(),
+                             processing_class=tiny_tokenizer())
+        trainer.train()
+        margins = torch.tensor([h["rewards/margins"] for h in trainer.state.log_history if "loss" in h])
+        return trainer, losses(trainer), margins
+
+    cpu, cpu_losses, cpu_margins = run("cpu")
+    dev, dev_losses, dev_margins = run("neuron")
+    assert next(dev.model.parameters()).device.type == "neuron"
+    assert next(dev.ref_model.parameters()).device.type == "neuron"  # the frozen reference too
+    torch.testing.assert_close(dev_losses[0], torch.tensor(0.6931), atol=1e-4, rtol=0)  # log 2: policy == ref
+    torch.testing.assert_close(dev_losses, cpu_losses, **BF16_TOL)
+    torch.testing.assert_close(dev_margins, cpu_margins, **BF16_TOL)
+
+
+def test_trl_sft_command_line_trains_on_neuron_offline(tmp_path):
+    """`trl sft` on a local model and a local JSON-lines dataset, as the TRL docs
+    show it; its losses are the in-process SFTTrainer's on neuron. It goes through
+    `accelerate launch`, which starts one process per neuron core: until the
+    `neuron` process-group backend exists, `--num_processes 1` keeps it to one."""
+    path = saved_model(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    with open(data / "train.jsonl", "w") as f:
+        for row in chat_dataset():
+            f.write(json.dumps(row) + "\n")
+    out = tmp_path / "cli-out"
+    trl = os.path.join(os.path.dirname(sys.executable), "trl")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [trl, "sft", "--num_processes", "1", "--model_name_or_path", path, "--dataset_name", str(data),
+         "--output_dir", str(out), "--max_steps", "2", "--per_device_train_batch_size", "4",
+         "--learning_rate", "1e-2", "--logging_steps", "1", "--report_to", "none"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out / "checkpoint-2" / "trainer_state.json") as f:
+        cli_losses = torch.tensor([h["loss"] for h in json.load(f)["log_history"] if "loss" in h])
+    assert (out / "model.safetensors").exists() and (out / "chat_template.jinja").exists()
+
+    args = SFTConfig(output_dir=str(tmp_path / "in-process"), max_steps=2, per_device_train_batch_size=4,
+                     learning_rate=1e-2, logging_steps=1, report_to="none", save_strategy="no")
+    trainer = SFTTrainer(model=path, args=args, train_dataset=datasets.load_dataset(str(data), split="train"))
+    trainer.train()
+    assert args.device.type == "neuron"
+    torch.testing.assert_close(cli_losses, losses(trainer), atol=1e-6, rtol=1e-6)
