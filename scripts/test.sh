@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test: the C++ suites of runtime/, kernels/ and collectives/ (plain, ASan+UBSan,
-# TSan; the kernels' suite at every instruction-set level this CPU runs), the
-# check that no test binary has ISA code outside the kernels' ISA namespaces
-# (or target_clones clones above their own level),
+# Runs every test: the C++ suites of runtime/, kernels/, compiler/ and collectives/ (plain,
+# ASan+UBSan, TSan; the kernels' and the compiler's suites at every instruction-set level this
+# CPU runs), the check that no test binary has ISA code outside the kernels' and the
+# compiler's ISA namespaces (or target_clones clones above their own level),
 # and the Python suite, whose tests of the device's own kernels run again at
 # each level below the CPU's best. Sets up the machine first if needed.
 set -euo pipefail
@@ -13,7 +13,7 @@ JOBS="${TORCHNEURON_BUILD_JOBS:-$(nproc)}"
 # The torch-free libraries, by folder. Each folder defines its library with
 # torch_free_library(<name> ...) (cmake/TorchFreeLibrary.cmake), whose
 # sanitizer option is named after the library: <NAME>_SANITIZE.
-TORCH_FREE_FOLDERS=(runtime kernels collectives)
+TORCH_FREE_FOLDERS=(runtime kernels compiler collectives)
 sanitize_option() {  # project folder
   local name
   name="$(sed -n 's/^torch_free_library(\([A-Za-z0-9_]*\).*/\1/p' "$ROOT/$1/CMakeLists.txt")"
@@ -35,9 +35,10 @@ for project in "${TORCH_FREE_FOLDERS[@]}"; do
   run_ctest "$project" "-tsan" "thread"
 done
 
-step "No instructions above baseline outside the kernels' ISA namespaces (test binaries)"
+step "No instructions above baseline outside the ISA namespaces (test binaries)"
 python3 "$ROOT/kernels/tools/check_isa_leaks.py" "$ROOT"/build/runtime*/neuronrt_tests \
-  "$ROOT"/build/kernels*/neuronkernels_tests "$ROOT"/build/collectives*/neuroncoll_tests
+  "$ROOT"/build/kernels*/neuronkernels_tests "$ROOT"/build/compiler*/neuroncompiler_tests \
+  "$ROOT"/build/collectives*/neuroncoll_tests
 
 step "Python tests (pytest tests/)"
 cd "$ROOT"

@@ -16,6 +16,9 @@ void bind_memory(pybind11::module_& m);
 // What ran: per-op counts by execution path, profiler records
 // (StatsBindings.cpp).
 void bind_stats(pybind11::module_& m);
+// Graph compilation for torch.compile: compile a serialized graph, run the
+// program, the queued-work counter (CompilerBindings.cpp).
+void bind_compiler(pybind11::module_& m);
 // torch.distributed's backend: `_init_distributed()` defines
 // `_distributed.ProcessGroupNeuron` (DistributedBindings.cpp).
 void bind_distributed(pybind11::module_& m);

@@ -35,5 +35,6 @@ PYBIND11_MODULE(_C, m) {
   python::bind_device(m);
   python::bind_memory(m);
   python::bind_stats(m);
+  python::bind_compiler(m);
   python::bind_distributed(m);
 }

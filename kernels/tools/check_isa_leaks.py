@@ -2,7 +2,9 @@
 """Fails when a function outside the kernels' ISA namespaces uses instructions
 above baseline x86-64.
 
-Only code in `neuronkernels::isa_<level>` may use a level's instructions: the
+Only code in `neuronkernels::isa_<level>` (and the compiler's tile primitives
+in `neuroncompiler::isa_<level>`, built the same way) may use a level's
+instructions: the
 dispatch runs it only on CPUs that have them. The same holds for the clones GCC
 makes of a `__attribute__((target_clones("avx512f", "avx2", "default")))`
 function (`f [clone .avx2]`, `f [clone .avx512f]`, as in collectives/): an
@@ -68,8 +70,14 @@ def strip_groups(name: str) -> str:
     return "".join(out)
 
 
+# The kernels' bodies and the compiler's tile primitives (compiler/), built
+# the same way.
+ISA_NAMESPACES = ("neuronkernels::isa_", "neuroncompiler::isa_")
+
+
 def is_isa_code(name: str) -> bool:
-    return "neuronkernels::isa_" in strip_groups(name)
+    stripped = strip_groups(name)
+    return any(ns in stripped for ns in ISA_NAMESPACES)
 
 
 # target_clones levels and whether their clones may use AVX-512.
@@ -138,7 +146,7 @@ def main(argv):
         for name, insn in sorted(found.items()):
             print(f"{binary}: {name}\n    uses an instruction above baseline x86-64: {insn}")
         bad += len(found)
-        print(f"{binary}: {functions} functions, {len(found)} outside neuronkernels::isa_* "
+        print(f"{binary}: {functions} functions, {len(found)} outside the ISA namespaces "
               f"with instructions above baseline (target_clones clones: their own level)")
     if bad:
         print("Code outside the ISA namespaces runs on every CPU: move it into a kernel body's "

@@ -124,11 +124,14 @@ using namespace neuronrt::detail;
 
 namespace {
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
+// Work tasks (functions, host functions, copies) ever enqueued, on any stream.
+std::atomic<uint64_t> g_queued_work{0};
 }  // namespace
 
 // ---- nrtStream_st ------------------------------------------------------------
 
 nrtStatus nrtStream_st::enqueue(Task&& t, bool report_failure, uint64_t* seq) {
+  if (t.kind <= Task::Kind::kMemcpy) g_queued_work.fetch_add(1, std::memory_order_relaxed);
   if (profiling_on() && t.kind <= Task::Kind::kMemcpy) [[unlikely]] {  // work, not markers
     t.profile = begin_task_profile(device, id, t.op_name);
   }
@@ -530,6 +533,8 @@ void synchronize(nrtStream_t stream) { check(nrtStreamSynchronize(stream)); }
 void synchronize_device(int device) { check(nrtDeviceSynchronize(device)); }
 
 bool on_worker_thread() { return detail::t_worker_stream != nullptr; }
+
+uint64_t queued_work_count() { return g_queued_work.load(std::memory_order_relaxed); }
 
 void set_worker_init(void (*fn)(int device)) {
   detail::g_worker_init.store(fn, std::memory_order_release);

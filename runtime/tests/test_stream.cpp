@@ -26,6 +26,19 @@ TEST_F(Streams, DefaultAndCreatedIds) {
   EXPECT_EQ(nrtStreamDestroy(b), nrtSuccess);
 }
 
+TEST_F(Streams, QueuedWorkIsCounted) {
+  nrtStream_t s = nrt_test::default_stream(0);
+  const uint64_t before = neuronrt::queued_work_count();
+  for (int i = 0; i < 3; ++i) neuronrt::launch(s, "count", [] {});
+  int src = 1, dst = 0;
+  ASSERT_EQ(nrtMemcpyAsync(&dst, &src, sizeof(int), nrtMemcpyHostToHost, s), nrtSuccess);
+  neuronrt::synchronize(s);
+  EXPECT_EQ(dst, 1);
+  // Other tests' streams may run meanwhile in this process only if they run
+  // concurrently, which gtest does not do.
+  EXPECT_EQ(neuronrt::queued_work_count() - before, 4u);
+}
+
 TEST_F(Streams, InOrderExecution) {
   nrtStream_t s = nrt_test::default_stream(0);
   std::vector<int> order;  // only touched by the worker until synchronize

@@ -29,8 +29,10 @@ nk::View2 view_of(const at::Tensor& t, nk::DType dtype) {
 // dtype on one neuron device, few rows, row-contiguous x, w contiguous along
 // either dimension, bias broadcasting to the output); otherwise nothing, and
 // the general path (with ATen's checks and messages) runs.
-std::optional<nk::SkinnyMatmulParams> skinny_params(const at::Tensor& x, const at::Tensor& w,
-                                                    const at::Tensor* bias) {
+}  // namespace
+
+std::optional<nk::SkinnyMatmulParams> skinny_matmul_params(const at::Tensor& x, const at::Tensor& w,
+                                                           const at::Tensor* bias) {
   if (x.dim() != 2 || w.dim() != 2 || !x.is_privateuseone()) return std::nullopt;
   const auto dtype = kernel_dtype(x.scalar_type());
   if (!dtype || !is_plain_neuron(x, x) || !is_plain_neuron(w, x)) return std::nullopt;
@@ -56,19 +58,22 @@ std::optional<nk::SkinnyMatmulParams> skinny_params(const at::Tensor& x, const a
   return p;
 }
 
+void run_skinny_matmul_here(const nk::SkinnyMatmulParams& p) {
+  const bool parallel = p.y.rows * p.y.cols * p.x.cols >= kMinParallelWork;
+  nk::skinny_matmul(p, parallel ? nk::ParallelFor(device_parallel_for) : nk::ParallelFor(nk::serial_for));
+}
+
+namespace {
+
 // Queues the kernel into a fresh [M, N] output.
 at::Tensor run_skinny(const char* op, nk::SkinnyMatmulParams p, const at::Tensor& x,
                       const at::Tensor& w, const at::Tensor* bias) {
   const int64_t M = p.y.rows, N = p.y.cols;
   at::Tensor y = empty_dense(x.device().index(), {M, N}, {N, 1}, x.dtype());
   p.y.data = y.data_ptr();
-  const bool parallel = M * N * p.x.cols >= kMinParallelWork;
   at::Tensor none;
   launch(x.device().index(), op,
-         [p, keep = storages_of({&x, &w, bias ? bias : &none, &y}), parallel]() {
-           nk::skinny_matmul(p, parallel ? nk::ParallelFor(device_parallel_for)
-                                         : nk::ParallelFor(nk::serial_for));
-         });
+         [p, keep = storages_of({&x, &w, bias ? bias : &none, &y})]() { run_skinny_matmul_here(p); });
   return y;
 }
 
@@ -83,7 +88,7 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   static const c10::OperatorHandle handle =
       c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "");
   static OpCounter& counter = op_counter("aten::mm");
-  if (auto p = skinny_params(self, mat2, nullptr)) {
+  if (auto p = skinny_matmul_params(self, mat2, nullptr)) {
     at::Tensor y = run_skinny("aten::mm", *p, self, mat2, nullptr);
     counter.count(ExecPath::kKernel);
     return y;
@@ -97,7 +102,7 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
       c10::Dispatcher::singleton().findSchemaOrThrow("aten::addmm", "");
   static OpCounter& counter = op_counter("aten::addmm");
   if (is_one(beta) && is_one(alpha)) {
-    if (auto p = skinny_params(mat1, mat2, &self)) {
+    if (auto p = skinny_matmul_params(mat1, mat2, &self)) {
       at::Tensor y = run_skinny("aten::addmm", *p, mat1, mat2, &self);
       counter.count(ExecPath::kKernel);
       return y;

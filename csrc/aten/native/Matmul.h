@@ -5,9 +5,24 @@
 // messages are ATen's.
 #pragma once
 
+#include <optional>
+
 #include <ATen/core/Tensor.h>
 
+#include <neuronkernels/matmul.hpp>
+
 namespace torchneuron::native {
+
+// The skinny-matmul kernel's arguments for y = x . w (+ bias) when it takes
+// these operands (2-D, one floating dtype on one neuron device, few rows,
+// row-contiguous x, w contiguous along either dimension, bias broadcasting
+// to the output), for a contiguous [M, N] y whose data is set by the caller;
+// otherwise nothing.
+std::optional<neuronkernels::SkinnyMatmulParams> skinny_matmul_params(const at::Tensor& x, const at::Tensor& w,
+                                                                     const at::Tensor* bias);
+// Runs the kernel on the calling thread (inside queued work: a compiled
+// program's matmul), split over the device's threads when it pays.
+void run_skinny_matmul_here(const neuronkernels::SkinnyMatmulParams& p);
 
 at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2);
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,

@@ -1,8 +1,8 @@
 """The Dynamo backend `neuron`: `torch.compile(model, backend="neuron")`.
 
 Dynamo graph -> checks -> AOTAutograd (decompositions.py; functionalized;
-forward and backward) -> executor.build (the seam where the graph compiler
-plugs in) -> the callable Dynamo runs. Every step is recorded in
+forward and backward) -> executor.build (the graph compiler: one program per
+AOT graph, one device submission per call) -> the callable Dynamo runs. Every step is recorded in
 compile_metrics() (metrics.py) and, with a debug directory, dumped (debug.py).
 """
 import functools
@@ -54,7 +54,8 @@ def _aot(gm, example_inputs, opts, record):
             with metrics.phase(record, f"executor_{kind}"):
                 try:
                     return executor.build(aot_gm, aot_inputs,
-                                          executor.GraphInfo(record["graph_id"], kind, opts.mode))
+                                          executor.GraphInfo(record["graph_id"], kind, opts.mode, opts.debug_dir),
+                                          record)
                 except Exception as exc:
                     raise NeuronCompileError(
                         f"[neuron] compile: graph {record['graph_id']} ({kind}): the executor failed: "

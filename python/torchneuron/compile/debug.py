@@ -3,6 +3,8 @@
 <dir>/graph_<id>/dynamo.py        the graph Dynamo handed to the backend
 <dir>/graph_<id>/aot_forward.py   AOTAutograd's forward (or aot_inference.py)
 <dir>/graph_<id>/aot_backward.py  its backward, written at the first backward call
+<dir>/graph_<id>/graph_<kind>.neurongraph  the serialized graph the compiler read (serialize.py)
+<dir>/graph_<id>/program_<kind>.txt         the compiled program: steps, buffers, arena
 <dir>/graph_<id>/record.json      the graph's compile_metrics() record, updated with each file
 """
 import json
@@ -16,6 +18,15 @@ def dump(debug_dir, record: dict, name: str, gm) -> None:
     os.makedirs(folder, exist_ok=True)
     code = gm.print_readable(print_output=False, include_stride=True, include_device=True)
     _write(os.path.join(folder, f"{name}.py"), code)
+    _write(os.path.join(folder, "record.json"), json.dumps(record, indent=2, default=str))
+
+
+def dump_text(debug_dir, record: dict, name: str, text: str) -> None:
+    if not debug_dir:
+        return
+    folder = os.path.join(debug_dir, f"graph_{record['graph_id']:04d}")
+    os.makedirs(folder, exist_ok=True)
+    _write(os.path.join(folder, name), text)
     _write(os.path.join(folder, "record.json"), json.dumps(record, indent=2, default=str))
 
 

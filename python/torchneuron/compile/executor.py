@@ -1,27 +1,31 @@
-"""The seam between the front end and whatever runs a graph on the device.
+"""The seam between the front end and what runs a graph on the device.
 
-`build(gm, example_inputs, info)` receives one AOTAutograd graph (forward,
-backward or inference; functionalized, decomposed by decompositions.py) with
-its example (fake) inputs, and returns a callable that takes the graph's
-inputs as one list (AOTAutograd's boxed calling convention) and returns its
-outputs.
+`build(gm, example_inputs, info, record)` receives one AOTAutograd graph
+(forward, backward or inference; functionalized, decomposed by
+decompositions.py) with its example (fake) inputs, and returns a callable
+that takes the graph's inputs as one list (AOTAutograd's boxed calling
+convention) and returns its outputs.
 
-Today: eager execution of the AOT graph. The FX GraphModule's code calls each
-ATen op, so every node runs as the device's eager kernel, queued on the
-current stream like any eager op (no fusion, no single submission, no
-compiled speed).
+The graph compiler (`compiler/`, torch-free C++): serialize.py writes the
+graph with every value's layout, `_C._compile_graph` fuses, plans and lowers
+it to a program, and each call runs that program as ONE task on the current
+stream (csrc/compiler/CompiledGraph.h): fused elementwise groups on the tile
+interpreter, every other node as an extern call of its ATen CPU kernel on the
+device buffers, intermediates in one planned arena.
 
-Next: the graph compiler (`compiler/`) replaces the body of `build`: serialize
-`gm` with the inputs' layouts, compile it (fusion, memory planning, lowering;
-cached on disk) and return a callable that submits the program once per call.
-Nodes it cannot lower run inside the program as extern ATen calls.
+A graph that cannot be one submission (serialize.Unsupported: symbolic
+shapes, data-dependent output shapes, host reads, constants, other devices)
+runs eagerly instead, node by node as the device's eager kernels; the record
+says which path each graph took and why.
 """
 import re
 from dataclasses import dataclass
 
 import torch
 
-NAME = "eager"  # recorded in compile_metrics() as the record's "executor"
+from . import metrics, serialize
+
+NAME = "compiler"  # recorded in compile_metrics() as the record's "executor"
 
 
 @dataclass(frozen=True)
@@ -29,9 +33,48 @@ class GraphInfo:
     graph_id: int
     kind: str  # "forward", "backward" or "inference"
     mode: str
+    debug_dir: str | None = None
 
 
-def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo):
+def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dict | None = None):
+    record = record if record is not None else {}
+    try:
+        with metrics.phase(record, f"serialize_{info.kind}"):
+            text, _ = serialize.serialize(gm)
+    except serialize.Unsupported as why:
+        metrics.note_program(record, info.kind, {"executor": "eager", "reason": str(why.args[0])})
+        return _eager(gm, info)
+    from torchneuron import _C
+
+    label = f"graph {info.graph_id} ({info.kind})"
+    compiled = _C._compile_graph(text, label)
+    report = compiled.report
+    metrics.note_program(record, info.kind, {
+        "executor": "compiler", "reason": None,
+        "native_kernels": report["native_kernels"], "fused_groups": report["fused_groups"],
+        "fused_nodes": report["fused_nodes"], "extern": report["extern"],
+        "arena_bytes": report["arena_bytes"], "output_bytes": report["output_bytes"],
+    }, {f"{phase}_{info.kind}": ms for phase, ms in report["times_ms"].items()})
+    from . import debug
+
+    debug.dump_text(info.debug_dir, record, f"graph_{info.kind}.neurongraph", text)
+    debug.dump_text(info.debug_dir, record, f"program_{info.kind}.txt", compiled.describe())
+
+    def run(args):
+        inputs = list(args)
+        args.clear()  # boxed: the caller's list lets go of inputs we no longer need
+        try:
+            return compiled.run(inputs)
+        except Exception as exc:
+            exc.add_note(f"[neuron] in compiled {label}")
+            raise
+
+    run._boxed_call = True
+    run.compiled_graph = compiled
+    return run
+
+
+def _eager(gm, info):
     from torch.fx.graph import _BoxedCodeGen
 
     # Boxed code takes the input list and may free each input as soon as it is

@@ -27,6 +27,9 @@ def new_record(gm, mode: str, executor: str) -> dict:
             "executor": executor,
             "dynamo_nodes": sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")),
             "nodes": {},
+            # Per AOT graph: how it runs ("compiler" or "eager" and why), its program's
+            # fused nodes and memory plan.
+            "programs": {},
             "times_ms": {"dynamo": _dynamo_ms()},
             # No program cache yet (it comes with the graph compiler): every compilation is a miss.
             "cache": "miss",
@@ -38,12 +41,22 @@ def new_record(gm, mode: str, executor: str) -> dict:
 
 
 def count_nodes(gm) -> dict:
-    """Node counts of an AOT graph by how they run. Today every op runs as an
-    extern ATen call (the device's eager kernel); the graph compiler will move
-    nodes into the other two categories."""
+    """Node counts of an AOT graph before it is compiled: every ATen op as an
+    extern call (what an eagerly run graph does); note_program replaces them
+    with the compiled program's counts."""
     extern = sum(1 for n in gm.graph.nodes
                  if n.op == "call_function" and hasattr(n.target, "overloadpacket"))
     return {"native_kernels": 0, "fused_groups": 0, "extern": extern}
+
+
+def note_program(record: dict, kind: str, program: dict, times_ms: dict | None = None) -> None:
+    """Records how AOT graph `kind` runs: program["executor"] is "compiler" (with the
+    program's node counts and memory plan) or "eager" (with the reason)."""
+    with _lock:
+        record.setdefault("programs", {})[kind] = dict(program)
+        if program.get("executor") == "compiler":
+            record.setdefault("nodes", {})[kind] = {key: program[key] for key in NODE_CATEGORIES}
+        record.setdefault("times_ms", {}).update(times_ms or {})
 
 
 class phase:

@@ -7,10 +7,10 @@ defaults from the environment.
 import os
 from dataclasses import dataclass
 
-# mode -> what it does today (the same executor runs every mode until the
-# graph compiler lands; the mode is recorded in compile_metrics()).
+# mode -> what it does today (every mode runs the same compiled programs; the
+# mode is recorded in compile_metrics()).
 MODES = {
-    "default": "AOTAutograd graphs run on the device by the current executor",
+    "default": "each AOTAutograd graph runs as a compiled program, one device submission per call",
     "reduce-overhead": "accepted; today the same as default (next: one program replayed per call, "
                        "the analogue of CUDA graphs)",
     "max-autotune": "accepted; today the same as default (next: kernel choices measured at compile time)",

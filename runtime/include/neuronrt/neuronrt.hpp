@@ -72,6 +72,11 @@ void synchronize(nrtStream_t stream);
 // Waits for every stream of the device; throws the first AsyncError.
 void synchronize_device(int device);
 
+// Work (launched functions, host functions, copies; not event markers)
+// enqueued on any stream of the process so far: how a caller counts the
+// submissions an operation made (a compiled graph makes one per call).
+uint64_t queued_work_count();
+
 // True on a stream worker thread (where blocking on a stream would deadlock).
 bool on_worker_thread();
 

@@ -1,0 +1,26 @@
+// The compiler's pipeline: a parsed graph -> fusion -> tile lowering ->
+// memory planning -> a Program, with what each phase took.
+#pragma once
+
+#include <string_view>
+
+#include "neuroncompiler/ir.hpp"
+#include "neuroncompiler/program.hpp"
+
+namespace neuroncompiler {
+
+struct CompileReport {
+  int fused_groups = 0;
+  int fused_nodes = 0;     // graph nodes inside fused groups
+  int extern_calls = 0;
+  int native_kernels = 0;  // none lowered yet (next: pattern fusion into the device's kernels)
+  int64_t arena_bytes = 0;
+  double parse_ms = 0, fusion_ms = 0, lowering_ms = 0, planning_ms = 0;
+};
+
+Program compile_graph(const Graph& graph, CompileReport* report = nullptr);
+
+// parse_graph + compile_graph, timing the parse too.
+Program compile_text(std::string_view graph_text, CompileReport* report = nullptr);
+
+}  // namespace neuroncompiler

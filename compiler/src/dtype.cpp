@@ -1,0 +1,32 @@
+#include "neuroncompiler/dtype.hpp"
+
+#include <array>
+
+namespace neuroncompiler {
+namespace {
+
+struct DTypeInfo {
+  std::string_view name;
+  int64_t size;
+};
+
+constexpr std::array<DTypeInfo, kNumDTypes> kInfo{{
+    {"float32", 4}, {"float64", 8}, {"float16", 2}, {"bfloat16", 2},
+    {"int64", 8}, {"int32", 4}, {"int16", 2}, {"int8", 1}, {"uint8", 1}, {"bool", 1},
+    {"complex64", 8}, {"complex128", 16},
+}};
+
+}  // namespace
+
+std::string_view dtype_name(DType t) { return kInfo[static_cast<int>(t)].name; }
+
+int64_t dtype_size(DType t) { return kInfo[static_cast<int>(t)].size; }
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (kInfo[i].name == name) return static_cast<DType>(i);
+  }
+  return std::nullopt;
+}
+
+}  // namespace neuroncompiler

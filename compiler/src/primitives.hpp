@@ -1,0 +1,33 @@
+// The tile interpreter's vectorized primitives over float32 tiles: loads and
+// stores with conversion from and to every storable dtype, and the ops of
+// TileOp. src/primitives_impl.cpp is compiled once per instruction-set level
+// of the kernels (kernels/CMakeLists.txt's mechanism: baseline translation
+// units with the level's instructions only inside the ISA region, namespace
+// neuroncompiler::isa_<level>); primitives() picks the table of the level in
+// force (neuronkernels::isa(): the CPU's best or TORCHNEURON_ISA).
+#pragma once
+
+#include <cstdint>
+
+#include "neuroncompiler/dtype.hpp"
+#include "neuroncompiler/tile_program.hpp"
+
+namespace neuroncompiler::detail {
+
+struct Primitives {
+  // dst[i] = float(src[i * stride]) (stride in elements; 0 broadcasts)
+  void (*load)(DType dtype, const void* src, int64_t stride, float* dst, int64_t n);
+  // dst[i * stride] = convert(src[i])
+  void (*store)(DType dtype, const float* src, void* dst, int64_t stride, int64_t n);
+  void (*fill)(float value, float* dst, int64_t n);
+  // Unary ops of TileOp; kRoundTo rounds to `dtype` (16-bit floats, ints, bool).
+  void (*unary)(TileOp op, DType dtype, const float* a, float* dst, int64_t n);
+  void (*binary)(TileOp op, const float* a, const float* b, float* dst, int64_t n);
+  void (*where)(const float* cond, const float* a, const float* b, float* dst, int64_t n);
+  double (*sum)(const float* a, int64_t n);
+  float (*max)(const float* a, int64_t n);
+};
+
+const Primitives& primitives();
+
+}  // namespace neuroncompiler::detail

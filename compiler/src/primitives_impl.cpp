@@ -1,0 +1,216 @@
+// The tile interpreter's primitives (src/primitives.hpp), compiled once per
+// instruction-set level. Plain loops over float32 tiles that GCC vectorizes
+// at the level's width; transcendental functions without a vector form here
+// (log, tanh, erf, sin, cos, pow) call the C library per element.
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "primitives.hpp"
+
+#include "isa_region_begin.hpp"
+
+namespace neuroncompiler::NK_ISA {
+namespace {
+
+using detail::Primitives;
+
+inline float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// exp by range reduction x = n ln2 + r and a degree-6 polynomial on r
+// (branch-free, so loops over it vectorize); within 2 ulp of expf.
+inline float exp_poly(float x) {
+  constexpr float kHi = 88.7228391f, kLo = -87.3365479f;
+  const float xc = x > kHi ? kHi : (x < kLo ? kLo : x);
+  const float t = xc * 1.44269504088896341f;
+  const float n = (t + 12582912.f) - 12582912.f;  // round to nearest
+  const float r = xc - n * 0.693359375f - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.f;
+  const int32_t ni = static_cast<int32_t>(n);
+  const int32_t n1 = ni >> 1, n2 = ni - n1;  // two factors keep 2^n in range at both ends
+  const float s1 = std::bit_cast<float>((n1 + 127) << 23);
+  const float s2 = std::bit_cast<float>((n2 + 127) << 23);
+  const float e = y * s1 * s2;
+  return x > kHi ? std::numeric_limits<float>::infinity() : (x < kLo ? 0.f : e);
+}
+
+inline float sigmoid(float x) { return 1.f / (1.f + exp_poly(-x)); }
+
+template <typename T, typename Convert>
+void load_as(const void* src, int64_t stride, float* dst, int64_t n, Convert convert) {
+  const T* s = static_cast<const T*>(src);
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = convert(s[i]);
+  } else if (stride == 0) {
+    const float v = n > 0 ? convert(s[0]) : 0.f;
+    for (int64_t i = 0; i < n; ++i) dst[i] = v;
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = convert(s[i * stride]);
+  }
+}
+
+template <typename T, typename Convert>
+void store_as(const float* src, void* dst, int64_t stride, int64_t n, Convert convert) {
+  T* d = static_cast<T*>(dst);
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; ++i) d[i] = convert(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i * stride] = convert(src[i]);
+  }
+}
+
+void load(DType dtype, const void* src, int64_t stride, float* dst, int64_t n) {
+  switch (dtype) {
+    case DType::kFloat32: return load_as<float>(src, stride, dst, n, [](float v) { return v; });
+    case DType::kBFloat16: return load_as<uint16_t>(src, stride, dst, n, bf16_to_float);
+    case DType::kFloat16: return load_as<_Float16>(src, stride, dst, n, [](_Float16 v) { return static_cast<float>(v); });
+    case DType::kInt64: return load_as<int64_t>(src, stride, dst, n, [](int64_t v) { return static_cast<float>(v); });
+    case DType::kInt32: return load_as<int32_t>(src, stride, dst, n, [](int32_t v) { return static_cast<float>(v); });
+    case DType::kInt8: return load_as<int8_t>(src, stride, dst, n, [](int8_t v) { return static_cast<float>(v); });
+    case DType::kUInt8:
+    case DType::kBool: return load_as<uint8_t>(src, stride, dst, n, [](uint8_t v) { return static_cast<float>(v); });
+    default: return;  // TileProgram::validate refuses the rest
+  }
+}
+
+void store(DType dtype, const float* src, void* dst, int64_t stride, int64_t n) {
+  switch (dtype) {
+    case DType::kFloat32: return store_as<float>(src, dst, stride, n, [](float v) { return v; });
+    case DType::kBFloat16: return store_as<uint16_t>(src, dst, stride, n, float_to_bf16);
+    case DType::kFloat16: return store_as<_Float16>(src, dst, stride, n, [](float v) { return static_cast<_Float16>(v); });
+    case DType::kInt64: return store_as<int64_t>(src, dst, stride, n, [](float v) { return static_cast<int64_t>(v); });
+    case DType::kInt32: return store_as<int32_t>(src, dst, stride, n, [](float v) { return static_cast<int32_t>(v); });
+    case DType::kInt8: return store_as<int8_t>(src, dst, stride, n, [](float v) { return static_cast<int8_t>(static_cast<int32_t>(v)); });
+    case DType::kUInt8: return store_as<uint8_t>(src, dst, stride, n, [](float v) { return static_cast<uint8_t>(static_cast<int32_t>(v)); });
+    case DType::kBool: return store_as<uint8_t>(src, dst, stride, n, [](float v) { return static_cast<uint8_t>(v != 0.f); });
+    default: return;
+  }
+}
+
+void fill(float value, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = value;
+}
+
+template <typename F>
+inline void map1(const float* a, float* d, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f(a[i]);
+}
+
+float round_to(DType dtype, float v) {
+  switch (dtype) {
+    case DType::kBFloat16: return bf16_to_float(float_to_bf16(v));
+    case DType::kFloat16: return static_cast<float>(static_cast<_Float16>(v));
+    case DType::kBool: return v != 0.f ? 1.f : 0.f;
+    case DType::kInt64:
+    case DType::kInt32: return std::trunc(v);
+    case DType::kInt8: return static_cast<float>(static_cast<int8_t>(static_cast<int32_t>(v)));
+    case DType::kUInt8: return static_cast<float>(static_cast<uint8_t>(static_cast<int32_t>(v)));
+    default: return v;
+  }
+}
+
+void unary(TileOp op, DType dtype, const float* a, float* d, int64_t n) {
+  switch (op) {
+    case TileOp::kNeg: return map1(a, d, n, [](float x) { return -x; });
+    case TileOp::kAbs: return map1(a, d, n, [](float x) { return std::fabs(x); });
+    case TileOp::kExp: return map1(a, d, n, exp_poly);
+    case TileOp::kLog: return map1(a, d, n, [](float x) { return std::log(x); });
+    case TileOp::kSqrt: return map1(a, d, n, [](float x) { return std::sqrt(x); });
+    case TileOp::kRsqrt: return map1(a, d, n, [](float x) { return 1.f / std::sqrt(x); });
+    case TileOp::kRelu: return map1(a, d, n, [](float x) { return x > 0.f ? x : (x != x ? x : 0.f); });
+    case TileOp::kSigmoid: return map1(a, d, n, sigmoid);
+    case TileOp::kTanh: return map1(a, d, n, [](float x) { return std::tanh(x); });
+    case TileOp::kSilu: return map1(a, d, n, [](float x) { return x * sigmoid(x); });
+    case TileOp::kGelu:
+      return map1(a, d, n, [](float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); });
+    case TileOp::kGeluTanh:
+      return map1(a, d, n, [](float x) {
+        return 0.5f * x * (1.f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+      });
+    case TileOp::kReciprocal: return map1(a, d, n, [](float x) { return 1.f / x; });
+    case TileOp::kSin: return map1(a, d, n, [](float x) { return std::sin(x); });
+    case TileOp::kCos: return map1(a, d, n, [](float x) { return std::cos(x); });
+    case TileOp::kErf: return map1(a, d, n, [](float x) { return std::erf(x); });
+    case TileOp::kLogicalNot: return map1(a, d, n, [](float x) { return x == 0.f ? 1.f : 0.f; });
+    case TileOp::kRoundTo:
+      if (dtype == DType::kBFloat16) return map1(a, d, n, [](float x) { return bf16_to_float(float_to_bf16(x)); });
+      for (int64_t i = 0; i < n; ++i) d[i] = round_to(dtype, a[i]);
+      return;
+    default: return;
+  }
+}
+
+template <typename F>
+inline void map2(const float* a, const float* b, float* d, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
+}
+
+void binary(TileOp op, const float* a, const float* b, float* d, int64_t n) {
+  switch (op) {
+    case TileOp::kAdd: return map2(a, b, d, n, [](float x, float y) { return x + y; });
+    case TileOp::kSub: return map2(a, b, d, n, [](float x, float y) { return x - y; });
+    case TileOp::kMul: return map2(a, b, d, n, [](float x, float y) { return x * y; });
+    case TileOp::kDiv: return map2(a, b, d, n, [](float x, float y) { return x / y; });
+    // NaN propagates, as torch.maximum / minimum do.
+    case TileOp::kMax: return map2(a, b, d, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x > y ? x : y)); });
+    case TileOp::kMin: return map2(a, b, d, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x < y ? x : y)); });
+    case TileOp::kPow: return map2(a, b, d, n, [](float x, float y) { return std::pow(x, y); });
+    case TileOp::kEq: return map2(a, b, d, n, [](float x, float y) { return x == y ? 1.f : 0.f; });
+    case TileOp::kNe: return map2(a, b, d, n, [](float x, float y) { return x != y ? 1.f : 0.f; });
+    case TileOp::kLt: return map2(a, b, d, n, [](float x, float y) { return x < y ? 1.f : 0.f; });
+    case TileOp::kLe: return map2(a, b, d, n, [](float x, float y) { return x <= y ? 1.f : 0.f; });
+    case TileOp::kGt: return map2(a, b, d, n, [](float x, float y) { return x > y ? 1.f : 0.f; });
+    case TileOp::kGe: return map2(a, b, d, n, [](float x, float y) { return x >= y ? 1.f : 0.f; });
+    case TileOp::kLogicalAnd: return map2(a, b, d, n, [](float x, float y) { return (x != 0.f && y != 0.f) ? 1.f : 0.f; });
+    case TileOp::kLogicalOr: return map2(a, b, d, n, [](float x, float y) { return (x != 0.f || y != 0.f) ? 1.f : 0.f; });
+    default: return;
+  }
+}
+
+void where(const float* c, const float* a, const float* b, float* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = c[i] != 0.f ? a[i] : b[i];
+}
+
+// Eight partial sums (one vector's worth of lanes on AVX2) keep the loop
+// vectorized without reassociating a single accumulator.
+double sum(const float* a, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j];
+  }
+  double total = 0;
+  for (int j = 0; j < 8; ++j) total += acc[j];
+  for (; i < n; ++i) total += a[i];
+  return total;
+}
+
+float max(const float* a, int64_t n) {
+  float acc = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) acc = (a[i] > acc || a[i] != a[i]) && acc == acc ? a[i] : acc;
+  return acc;
+}
+
+}  // namespace
+
+extern const Primitives kPrimitives;
+const Primitives kPrimitives{&load, &store, &fill, &unary, &binary, &where, &sum, &max};
+
+}  // namespace neuroncompiler::NK_ISA
+
+#include "isa_region_end.hpp"

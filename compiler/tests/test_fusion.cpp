@@ -1,0 +1,127 @@
+// Fusion decisions: what joins a group, what stays a node of its own, what
+// is materialized.
+#include <gtest/gtest.h>
+
+#include "graph_builder.hpp"
+#include "neuroncompiler/fusion.hpp"
+
+using namespace nc_test;
+
+namespace {
+
+int count(const Schedule& s, ScheduledStep::Kind kind) {
+  int n = 0;
+  for (const auto& st : s.steps) n += st.kind == kind;
+  return n;
+}
+
+}  // namespace
+
+TEST(Fusion, APointwiseChainWithBroadcastAndCastsIsOneGroup) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kBFloat16, {8, 16});
+  const int32_t bias = b.input(DType::kFloat32, {16});
+  const int32_t xf = b.node("aten::_to_copy.default", {T(x), Arg::integer(6)}, DType::kFloat32, {8, 16});
+  const int32_t y = b.node("aten::add.Tensor", {T(xf), T(bias), Arg::integer(1)}, DType::kFloat32, {8, 16});
+  const int32_t z = b.node("aten::relu.default", {T(y)}, DType::kFloat32, {8, 16});
+  const int32_t w = b.node("aten::_to_copy.default", {T(z), Arg::integer(15)}, DType::kBFloat16, {8, 16});
+  b.output(w);
+  const Graph g = b.build();
+  const Schedule s = fuse(g);
+  ASSERT_EQ(s.groups.size(), 1u);
+  EXPECT_EQ(s.groups[0].nodes.size(), 4u);
+  EXPECT_EQ(count(s, ScheduledStep::Kind::kNode), 0);
+  EXPECT_FALSE(s.materialized[xf]);
+  EXPECT_FALSE(s.materialized[y]);
+  EXPECT_TRUE(s.materialized[w]);
+}
+
+TEST(Fusion, AMatmulSplitsTheChainAndReadsAMaterializedValue) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {4, 4});
+  const int32_t a = b.node("aten::exp.default", {T(x)}, DType::kFloat32, {4, 4});
+  const int32_t m = b.node("aten::mm.default", {T(a), T(x)}, DType::kFloat32, {4, 4});
+  const int32_t c = b.node("aten::neg.default", {T(m)}, DType::kFloat32, {4, 4});
+  const int32_t d = b.node("aten::mul.Tensor", {T(c), T(a)}, DType::kFloat32, {4, 4});
+  b.output(d);
+  const Schedule s = fuse(b.build());
+  EXPECT_EQ(s.groups.size(), 2u);
+  EXPECT_EQ(count(s, ScheduledStep::Kind::kNode), 1);
+  EXPECT_TRUE(s.materialized[a]);   // read by the matmul
+  EXPECT_TRUE(s.materialized[m]);
+  EXPECT_FALSE(s.materialized[c]);
+  // Order: group(exp), mm, group(neg, mul).
+  ASSERT_EQ(s.steps.size(), 3u);
+  EXPECT_EQ(s.steps[0].kind, ScheduledStep::Kind::kFused);
+  EXPECT_EQ(s.steps[1].kind, ScheduledStep::Kind::kNode);
+  EXPECT_EQ(s.steps[2].kind, ScheduledStep::Kind::kFused);
+}
+
+TEST(Fusion, ATrailingLastDimReductionClosesTheGroup) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {4, 32});
+  const int32_t e = b.node("aten::exp.default", {T(x)}, DType::kFloat32, {4, 32});
+  const int32_t s1 = b.node("aten::sum.dim_IntList", {T(e), Arg::int_list({-1}), Arg::boolean(true), Arg::none()},
+                            DType::kFloat32, {4, 1});
+  const int32_t d = b.node("aten::div.Tensor", {T(e), T(s1)}, DType::kFloat32, {4, 32});
+  b.output(d);
+  const Schedule s = fuse(b.build());
+  ASSERT_EQ(s.groups.size(), 2u);
+  EXPECT_TRUE(s.groups[0].reduces);
+  EXPECT_EQ(s.groups[0].nodes.size(), 2u);
+  EXPECT_TRUE(s.materialized[e]);  // the division reads it after the group
+  EXPECT_TRUE(s.materialized[s1]);
+}
+
+TEST(Fusion, ReductionsOverOtherDimsAndIntArithmeticStayNodes) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {4, 32});
+  const int32_t i = b.input(DType::kInt64, {4});
+  const int32_t s0 = b.node("aten::sum.dim_IntList", {T(x), Arg::int_list({0}), Arg::boolean(false), Arg::none()},
+                            DType::kFloat32, {32});
+  const int32_t ii = b.node("aten::add.Tensor", {T(i), T(i), Arg::integer(1)}, DType::kInt64, {4});
+  b.output(s0);
+  b.output(ii);
+  const Schedule s = fuse(b.build());
+  EXPECT_EQ(s.groups.size(), 0u);
+  EXPECT_EQ(count(s, ScheduledStep::Kind::kNode), 2);
+}
+
+TEST(Fusion, DifferentShapesMakeDifferentGroups) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {4, 8});
+  const int32_t r = b.input(DType::kFloat32, {8});
+  const int32_t a = b.node("aten::exp.default", {T(r)}, DType::kFloat32, {8});
+  const int32_t c = b.node("aten::mul.Tensor", {T(x), T(a)}, DType::kFloat32, {4, 8});
+  b.output(c);
+  const Schedule s = fuse(b.build());
+  EXPECT_EQ(s.groups.size(), 2u);
+  EXPECT_TRUE(s.materialized[a]);
+}
+
+TEST(Fusion, ACopyIntoAnInputRunsAfterEveryGroupThatReadsIt) {
+  GraphBuilder b;
+  const int32_t cache = b.input(DType::kFloat32, {8});
+  const int32_t x = b.input(DType::kFloat32, {8});
+  const int32_t y = b.node("aten::add.Tensor", {T(cache), T(x), Arg::integer(1)}, DType::kFloat32, {8});
+  b.copy_into(cache, x);
+  const int32_t z = b.node("aten::mul.Tensor", {T(y), T(y)}, DType::kFloat32, {8});
+  b.output(z);
+  const Schedule s = fuse(b.build());
+  ASSERT_EQ(s.groups.size(), 3u);  // (add) sealed by the copy, (copy), (mul)
+  EXPECT_EQ(s.steps[0].group, 0);
+  EXPECT_EQ(s.steps[1].group, 1);
+  EXPECT_TRUE(s.materialized[y]);
+}
+
+TEST(Fusion, AViewOfAGroupValueIsReadFromMemory) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {4, 4});
+  const int32_t a = b.node("aten::exp.default", {T(x)}, DType::kFloat32, {4, 4});
+  const int32_t at = b.view(a, {4, 4}, {1, 4});
+  const int32_t c = b.node("aten::add.Tensor", {T(a), T(at), Arg::integer(1)}, DType::kFloat32, {4, 4});
+  b.output(c);
+  const Schedule s = fuse(b.build());
+  EXPECT_EQ(s.groups.size(), 2u);
+  EXPECT_TRUE(s.materialized[a]);
+}

@@ -1,0 +1,237 @@
+// The tile interpreter, through compile + run, against the naive scalar
+// reference: every storable dtype, broadcast and non-contiguous inputs,
+// zero-size tensors, trailing reductions, tiles split over threads, and
+// random pointwise graphs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "graph_builder.hpp"
+#include "neuroncompiler/fusion.hpp"
+#include "neuroncompiler/interpreter.hpp"
+#include "run_helpers.hpp"
+
+using namespace nc_test;
+
+namespace {
+
+double tolerance(DType t) {
+  switch (t) {
+    case DType::kBFloat16: return 1.0 / 64;
+    case DType::kFloat16: return 1.0 / 512;
+    case DType::kFloat32: return 2e-6;
+    default: return 0;
+  }
+}
+
+void expect_matches(const Graph& g, const CompiledRun& r, const Reference& ref) {
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const int32_t id = g.outputs[i];
+    const std::vector<double> got = r.output(i);
+    const std::vector<double>& want = ref[id];
+    ASSERT_EQ(got.size(), want.size());
+    const double tol = tolerance(g.value(id).layout.dtype);
+    for (size_t e = 0; e < got.size(); ++e) {
+      if (std::isnan(want[e])) {
+        EXPECT_TRUE(std::isnan(got[e])) << "output " << i << " element " << e;
+        continue;
+      }
+      ASSERT_NEAR(got[e], want[e], tol * (1 + std::fabs(want[e]))) << "output " << i << " element " << e;
+    }
+  }
+}
+
+void check(const Graph& g, unsigned seed = 1, const neuronkernels::ParallelFor& pf = neuronkernels::serial_for) {
+  const CompiledRun r = compile_and_run(g, nullptr, seed, pf);
+  const Reference ref(g, input_pointers(r));
+  expect_matches(g, r, ref);
+}
+
+Arg one() { return Arg::integer(1); }
+
+}  // namespace
+
+class EveryFloatType : public ::testing::TestWithParam<DType> {};
+
+TEST_P(EveryFloatType, ChainWithBroadcastAndNonContiguousInput) {
+  const DType t = GetParam();
+  GraphBuilder b;
+  const int32_t x = b.input(t, {37, 300});
+  const int32_t bias = b.input(t, {300});
+  const int32_t wt = b.input(t, {300, 37}, {1, 300});  // transposed memory
+  const int32_t w = b.view(wt, {37, 300}, {1, 37});
+  const int32_t y = b.node("aten::add.Tensor", {T(x), T(bias), one()}, t, {37, 300});
+  const int32_t z = b.node("aten::mul.Tensor", {T(y), T(w)}, t, {37, 300});
+  const int32_t e = b.node("aten::sigmoid.default", {T(z)}, t, {37, 300});
+  const int32_t f = b.node("aten::sub.Tensor", {T(e), Arg::real(0.25), Arg::real(2.0)}, t, {37, 300});
+  b.output(f);
+  b.output(y);
+  check(b.build());
+  (void)w;
+}
+
+TEST_P(EveryFloatType, TrailingReductions) {
+  const DType t = GetParam();
+  for (const char* op : {"aten::sum.dim_IntList", "aten::mean.dim", "aten::amax.default"}) {
+    for (bool keepdim : {false, true}) {
+      GraphBuilder b;
+      const int32_t x = b.input(t, {5, 3, 700});
+      const int32_t e = b.node("aten::exp.default", {T(x)}, t, {5, 3, 700});
+      std::vector<int64_t> out_sizes = keepdim ? std::vector<int64_t>{5, 3, 1} : std::vector<int64_t>{5, 3};
+      std::vector<Arg> args = {T(e), Arg::int_list({2}), Arg::boolean(keepdim)};
+      if (std::string(op) != "aten::amax.default") args.push_back(Arg::none());
+      const int32_t s = b.node(op, args, t, out_sizes);
+      b.output(s);
+      SCOPED_TRACE(op);
+      check(b.build());
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, EveryFloatType,
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Interpreter, IntAndBoolLoadsStoresAndWhere) {
+  GraphBuilder b;
+  const int32_t i = b.input(DType::kInt64, {6, 40});
+  const int32_t x = b.input(DType::kFloat32, {6, 40});
+  const int32_t fi = b.node("aten::_to_copy.default", {T(i)}, DType::kFloat32, {6, 40});
+  const int32_t mask = b.node("aten::gt.Tensor", {T(x), T(fi)}, DType::kBool, {6, 40});
+  const int32_t w = b.node("aten::where.self", {T(mask), T(x), T(fi)}, DType::kFloat32, {6, 40});
+  const int32_t back = b.node("aten::_to_copy.default", {T(w)}, DType::kInt64, {6, 40});
+  b.output(mask);
+  b.output(back);
+  b.output(w);
+  check(b.build());
+}
+
+TEST(Interpreter, CopiesBoolNotAndGeluBackward) {
+  GraphBuilder b;
+  const int32_t self = b.input(DType::kFloat32, {4, 50}, {1, 4});  // copy's destination layout
+  const int32_t src = b.input(DType::kBFloat16, {50});
+  const int32_t g = b.input(DType::kFloat32, {4, 50});
+  const int32_t m = b.input(DType::kBool, {4, 50});
+  const int32_t c = b.node("aten::copy.default", {T(self), T(src), Arg::boolean(false)}, DType::kFloat32, {4, 50});
+  const int32_t nm = b.node("aten::bitwise_not.default", {T(m)}, DType::kBool, {4, 50});
+  Arg none_str;
+  none_str.kind = Arg::Kind::kString;
+  none_str.s = "none";
+  const int32_t gb = b.node("aten::gelu_backward.default", {T(g), T(c), none_str}, DType::kFloat32, {4, 50});
+  b.output(nm);
+  b.output(gb);
+  const Graph graph = b.build();
+  EXPECT_EQ(fuse(graph).groups.size(), 2u);  // (copy, gelu_backward) and (not): no horizontal fusion
+  check(graph);
+}
+
+TEST(Interpreter, ZeroSizeTensorsRunNothing) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {0, 16});
+  const int32_t y = b.node("aten::exp.default", {T(x)}, DType::kFloat32, {0, 16});
+  const int32_t s = b.node("aten::sum.dim_IntList", {T(y), Arg::int_list({-1}), Arg::boolean(false), Arg::none()},
+                           DType::kFloat32, {0});
+  b.output(y);
+  b.output(s);
+  check(b.build());
+  // Rows of zero length: sums are 0, means NaN.
+  GraphBuilder c;
+  const int32_t z = c.input(DType::kFloat32, {3, 0});
+  c.output(c.node("aten::sum.dim_IntList", {T(z), Arg::int_list({1}), Arg::boolean(false), Arg::none()},
+                  DType::kFloat32, {3}));
+  c.output(c.node("aten::mean.dim", {T(z), Arg::int_list({1}), Arg::boolean(false), Arg::none()},
+                  DType::kFloat32, {3}));
+  check(c.build());
+}
+
+TEST(Interpreter, ScalarTensorsAndSizeOneDimensions) {
+  GraphBuilder b;
+  const int32_t s = b.input(DType::kFloat32, {});
+  const int32_t x = b.input(DType::kFloat32, {1, 7, 1});
+  const int32_t y = b.node("aten::mul.Tensor", {T(x), T(s)}, DType::kFloat32, {1, 7, 1});
+  const int32_t z = b.node("aten::neg.default", {T(s)}, DType::kFloat32, {});
+  b.output(y);
+  b.output(z);
+  check(b.build());
+}
+
+TEST(Interpreter, LargeGroupsSplitOverThreads) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {64, 1000});
+  const int32_t r = b.input(DType::kFloat32, {64, 1});
+  const int32_t y = b.node("aten::tanh.default", {T(x)}, DType::kFloat32, {64, 1000});
+  const int32_t z = b.node("aten::add.Tensor", {T(y), T(r), one()}, DType::kFloat32, {64, 1000});
+  const int32_t m = b.node("aten::amax.default", {T(z), Arg::int_list({1}), Arg::boolean(true)}, DType::kFloat32, {64, 1});
+  b.output(z);
+  b.output(m);
+  check(b.build(), 3, threaded_for);
+}
+
+TEST(Interpreter, ExpHandlesItsRangeEnds) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {9});
+  b.output(b.node("aten::exp.default", {T(x)}, DType::kFloat32, {9}));
+  const Graph g = b.build();
+  Program p = compile_graph(g);
+  float in[9] = {-200.f, -87.f, -10.f, -0.5f, 0.f, 1e-3f, 10.f, 88.f, 100.f};
+  float out[9];
+  in[8] = 100.f;
+  RunBuffers buf{{in}, {out}, nullptr};
+  TestExterns none;
+  run_program(p, buf, none);
+  for (int i = 0; i < 9; ++i) {
+    const double want = std::exp(static_cast<double>(in[i]));
+    if (std::isinf(static_cast<float>(want))) EXPECT_TRUE(std::isinf(out[i]));
+    else EXPECT_NEAR(out[i], want, 3e-7 * want + 1e-37) << in[i];
+  }
+}
+
+// Random pointwise graphs over a few shapes that broadcast into each other.
+TEST(Interpreter, RandomPointwiseGraphsMatchTheReference) {
+  std::mt19937 rng(11);
+  const char* unary[] = {"aten::exp.default", "aten::neg.default", "aten::relu.default", "aten::sigmoid.default",
+                         "aten::tanh.default"};
+  const char* binary[] = {"aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor"};
+  for (int trial = 0; trial < 40; ++trial) {
+    GraphBuilder b;
+    const std::vector<int64_t> full = {3, 1 + static_cast<int64_t>(rng() % 5), 2 + static_cast<int64_t>(rng() % 300)};
+    std::vector<int32_t> pool = {b.input(DType::kFloat32, full), b.input(DType::kFloat32, {full[2]}),
+                                 b.input(DType::kBFloat16, {full[1], 1})};
+    const int n_nodes = 1 + static_cast<int>(rng() % 8);
+    for (int k = 0; k < n_nodes; ++k) {
+      const int32_t a = pool[rng() % pool.size()];
+      if (rng() % 2) {
+        pool.push_back(b.node(unary[rng() % 5], {T(a)}, b.graph().values[a].layout.dtype, b.graph().values[a].layout.sizes));
+      } else {
+        const int32_t c = pool[rng() % pool.size()];
+        const DType t = b.graph().values[a].layout.dtype == DType::kBFloat16 && b.graph().values[c].layout.dtype == DType::kBFloat16
+                            ? DType::kBFloat16 : DType::kFloat32;
+        std::vector<int64_t> shape = full;
+        const auto& sa = b.graph().values[a].layout.sizes;
+        const auto& sc = b.graph().values[c].layout.sizes;
+        if (sa == sc) shape = sa;
+        std::vector<Arg> args = {T(a), T(c)};
+        const std::string op = binary[rng() % 3];
+        if (op != "aten::mul.Tensor") args.push_back(Arg::integer(1));
+        pool.push_back(b.node(op, args, t, shape));
+      }
+    }
+    b.output(pool.back());
+    b.output(pool[3 + rng() % (pool.size() - 3)]);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    check(b.build(), trial);
+  }
+}
+
+TEST(TileProgram, ValidateRefusesUnsetSlots) {
+  TileProgram p;
+  p.shape = {4};
+  p.num_slots = 2;
+  TileInstr neg;
+  neg.op = TileOp::kNeg;
+  neg.a = 0;
+  neg.dst = 1;
+  p.instrs.push_back(neg);
+  EXPECT_THROW(p.validate(), CompileError);
+}

@@ -1,0 +1,146 @@
+#include "csrc/compiler/CompiledGraph.h"
+
+#include <sstream>
+
+#include <c10/util/Exception.h>
+
+#include "csrc/aten/DeviceTensors.h"
+#include "csrc/aten/Launch.h"
+#include "csrc/aten/native/KernelSupport.h"
+
+namespace torchneuron {
+
+namespace nc = neuroncompiler;
+
+namespace {
+
+std::string shape_text(c10::IntArrayRef v) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  os << "]";
+  return os.str();
+}
+
+}  // namespace
+
+CompiledGraph::CompiledGraph(nc::Program program, nc::CompileReport report, std::string label)
+    : program_(std::make_shared<const nc::Program>(std::move(program))),
+      report_(report),
+      label_(std::move(label)),
+      task_name_("compiled " + label_),
+      externs_(std::make_shared<ExternAtenCalls>(*program_)) {}
+
+std::shared_ptr<CompiledGraph> CompiledGraph::compile(const std::string& text, const std::string& label) {
+  nc::CompileReport report;
+  nc::Program program;
+  try {
+    program = nc::compile_text(text, &report);
+  } catch (const nc::CompileError& e) {
+    TORCH_CHECK(false, "[neuron] compile ", label, ": ", e.what());
+  }
+  return std::shared_ptr<CompiledGraph>(new CompiledGraph(std::move(program), report, label));
+}
+
+std::shared_ptr<CompiledGraph> CompiledGraph::load(const std::string& bytes, const std::string& label) {
+  nc::Program program;
+  try {
+    program = nc::Program::deserialize(bytes);
+  } catch (const nc::CompileError& e) {
+    TORCH_CHECK(false, "[neuron] load ", label, ": ", e.what());
+  }
+  nc::CompileReport report;
+  report.fused_groups = program.fused_groups();
+  report.extern_calls = program.extern_calls();
+  report.arena_bytes = program.arena_bytes;
+  return std::shared_ptr<CompiledGraph>(new CompiledGraph(std::move(program), report, label));
+}
+
+void CompiledGraph::check_inputs(const std::vector<at::Tensor>& inputs) const {
+  const nc::Program& p = *program_;
+  TORCH_CHECK(inputs.size() == p.inputs.size(), "[neuron] compiled ", label_, ": expected ", p.inputs.size(),
+              " inputs, got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& t = inputs[i];
+    const std::string& name = p.input_names[i];
+    TORCH_CHECK(t.defined(), "[neuron] compiled ", label_, ": input ", name, " is None");
+    const nc::Layout& l = p.values[p.inputs[i]].layout;
+    TORCH_CHECK(on_neuron(t), "[neuron] compiled ", label_, ": input ", name, " is a ", t.device(), " tensor ",
+                shape_text(t.sizes()), " ", t.scalar_type(), "; the compiled graph runs on neuron tensors: move it with .to('neuron')");
+    TORCH_CHECK(t.device() == inputs[0].device(), "[neuron] compiled ", label_, ": input ", name, " is on ", t.device(),
+                ", input ", p.input_names[0], " on ", inputs[0].device(), "; a compiled graph runs on one device");
+    TORCH_CHECK(t.scalar_type() == scalar_type_of(l.dtype) && t.sizes() == c10::IntArrayRef(l.sizes) &&
+                    (t.numel() <= 1 || t.strides() == c10::IntArrayRef(l.strides)),
+                "[neuron] compiled ", label_, ": input ", name, " is ", t.scalar_type(), " ", shape_text(t.sizes()),
+                " strides ", shape_text(t.strides()), "; the graph was compiled for ", scalar_type_of(l.dtype), " ",
+                shape_text(l.sizes), " strides ", shape_text(l.strides));
+  }
+}
+
+std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given) const {
+  // A CPU scalar (0-dim) where the graph has a device scalar is uploaded, as
+  // eager ops accept CPU scalars next to device tensors (AOTAutograd may pass
+  // one saved by an eagerly run forward).
+  std::vector<at::Tensor> uploaded;
+  const std::vector<at::Tensor>* in = &given;
+  for (size_t i = 0; i < given.size(); ++i) {
+    if (given[i].defined() && !on_neuron(given[i]) && given[i].dim() == 0) {
+      if (uploaded.empty()) uploaded = given;
+      c10::DeviceIndex device = 0;
+      for (const at::Tensor& t : given) {
+        if (t.defined() && on_neuron(t)) { device = t.device().index(); break; }
+      }
+      uploaded[i] = given[i].to(c10::Device(c10::DeviceType::PrivateUse1, device));
+      in = &uploaded;
+    }
+  }
+  const std::vector<at::Tensor>& inputs = *in;
+  check_inputs(inputs);
+  const nc::Program& p = *program_;
+  const c10::DeviceIndex device = inputs.empty() ? 0 : inputs[0].device().index();
+  auto storages = std::make_shared<ProgramStorages>();
+  for (const at::Tensor& t : inputs) {
+    storages->inputs.push_back(t.storage());
+    storages->input_offsets.push_back(t.storage_offset());
+  }
+  for (int64_t bytes : p.output_storage_bytes) storages->outputs.push_back(device_storage(device, static_cast<size_t>(bytes)));
+  if (p.arena_bytes > 0) storages->arena = device_storage(device, static_cast<size_t>(p.arena_bytes));
+
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(p.outputs.size());
+  for (int32_t id : p.outputs) {
+    if (id < 0) {
+      outputs.emplace_back();
+      continue;
+    }
+    const nc::ProgramValue& v = p.values[id];
+    const nc::Buffer& buf = p.buffers[v.buffer];
+    if (buf.kind == nc::Buffer::Kind::kInput) {
+      const at::Tensor& base = inputs[buf.index];
+      const bool same = v.layout.offset == 0 && base.sizes() == c10::IntArrayRef(v.layout.sizes) &&
+                        base.strides() == c10::IntArrayRef(v.layout.strides);
+      outputs.push_back(same ? base : base.as_strided(v.layout.sizes, v.layout.strides, base.storage_offset() + v.layout.offset));
+    } else {
+      outputs.push_back(value_tensor(p, *storages, id));
+    }
+  }
+
+  // The task holds the program, its extern calls and the storages (not the
+  // callers' tensors: their Python objects must not die on a worker).
+  launch_cpu_kernels(device, task_name_.c_str(), externs_->largest_elements(), externs_->has_matrix_products(),
+                     [program = program_, externs = externs_, storages, device]() {
+                       nc::RunBuffers buffers;
+                       for (size_t i = 0; i < storages->inputs.size(); ++i) {
+                         const nc::Layout& l = program->values[program->inputs[i]].layout;
+                         buffers.inputs.push_back(static_cast<char*>(storages->inputs[i].mutable_data()) +
+                                                  storages->input_offsets[i] * nc::dtype_size(l.dtype));
+                       }
+                       for (auto& s : storages->outputs) buffers.outputs.push_back(s.mutable_data());
+                       buffers.arena = storages->arena ? storages->arena.mutable_data() : nullptr;
+                       BoundExternCalls calls(*externs, *storages, device);
+                       nc::run_program(*program, buffers, calls, native::device_parallel_for);
+                     });
+  return outputs;
+}
+
+}  // namespace torchneuron

@@ -1,0 +1,236 @@
+#include "csrc/compiler/ExternAtenCalls.h"
+
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/List.h>
+#include <ATen/ScalarOps.h>
+#include <c10/util/Exception.h>
+
+#include "csrc/aten/CpuKernelCall.h"
+#include "csrc/aten/DeviceTensors.h"
+#include "csrc/aten/native/Matmul.h"
+
+namespace torchneuron {
+
+namespace nc = neuroncompiler;
+using torch::jit::Stack;
+
+c10::ScalarType scalar_type_of(nc::DType dtype) {
+  switch (dtype) {
+    case nc::DType::kFloat32: return c10::kFloat;
+    case nc::DType::kFloat64: return c10::kDouble;
+    case nc::DType::kFloat16: return c10::kHalf;
+    case nc::DType::kBFloat16: return c10::kBFloat16;
+    case nc::DType::kInt64: return c10::kLong;
+    case nc::DType::kInt32: return c10::kInt;
+    case nc::DType::kInt16: return c10::kShort;
+    case nc::DType::kInt8: return c10::kChar;
+    case nc::DType::kUInt8: return c10::kByte;
+    case nc::DType::kBool: return c10::kBool;
+    case nc::DType::kComplex64: return c10::kComplexFloat;
+    case nc::DType::kComplex128: return c10::kComplexDouble;
+  }
+  TORCH_CHECK(false, "[neuron] compiled graph: unknown dtype");
+}
+
+at::Tensor value_tensor(const nc::Program& p, const ProgramStorages& st, int32_t value) {
+  if (value < 0) return at::Tensor();
+  const nc::ProgramValue& v = p.values[value];
+  if (v.buffer < 0) return at::Tensor();
+  const nc::Buffer& buf = p.buffers[v.buffer];
+  const int64_t elem = nc::dtype_size(v.layout.dtype);
+  c10::Storage storage;
+  int64_t offset = v.layout.offset;
+  switch (buf.kind) {
+    case nc::Buffer::Kind::kInput:
+      storage = st.inputs[buf.index];
+      offset += st.input_offsets[buf.index];
+      break;
+    case nc::Buffer::Kind::kOutput: storage = st.outputs[buf.index]; break;
+    case nc::Buffer::Kind::kArena:
+      storage = st.arena;
+      offset += buf.index / elem;
+      break;
+  }
+  return tensor_over(std::move(storage), c10::DispatchKey::PrivateUse1,
+                     caffe2::TypeMeta::fromScalarType(scalar_type_of(v.layout.dtype)), v.layout.sizes,
+                     v.layout.strides, offset);
+}
+
+namespace {
+
+std::pair<std::string, std::string> split_op_name(const std::string& op) {
+  const auto dot = op.find('.');
+  if (dot == std::string::npos) return {op, ""};
+  std::string overload = op.substr(dot + 1);
+  return {op.substr(0, dot), overload == "default" ? "" : overload};
+}
+
+c10::IValue to_ivalue(const nc::Arg& a, const c10::Argument& schema_arg, const nc::Program& p,
+                      const ProgramStorages& st, c10::DeviceIndex device) {
+  if (a.is_scalar() && schema_arg.real_type()->kind() == c10::TypeKind::TensorType) {
+    // A Python number where the schema takes a tensor (add.Tensor(x, 1)): a
+    // wrapped number, which type promotion treats as eager does.
+    const c10::Scalar value = a.kind == nc::Arg::Kind::kFloat ? c10::Scalar(a.f)
+                              : a.kind == nc::Arg::Kind::kBool ? c10::Scalar(a.i != 0)
+                                                               : c10::Scalar(a.i);
+    at::Tensor t = c10::scalar_to_tensor(value);
+    t.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return t;
+  }
+  switch (a.kind) {
+    case nc::Arg::Kind::kTensor: return value_tensor(p, st, static_cast<int32_t>(a.i));
+    case nc::Arg::Kind::kInt: return c10::IValue(a.i);
+    case nc::Arg::Kind::kFloat: return c10::IValue(a.f);
+    case nc::Arg::Kind::kBool: return c10::IValue(a.i != 0);
+    case nc::Arg::Kind::kNone: return c10::IValue();
+    case nc::Arg::Kind::kIntList: {
+      // bool[N] arguments (output masks) travel as int lists.
+      const auto& type = schema_arg.real_type();
+      if (type->kind() == c10::TypeKind::ListType &&
+          type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::BoolType) {
+        c10::List<bool> bools;
+        for (int64_t v : a.ints) bools.push_back(v != 0);
+        return c10::IValue(bools);
+      }
+      return c10::IValue(c10::List<int64_t>(a.ints));
+    }
+    case nc::Arg::Kind::kFloatList: return c10::IValue(c10::List<double>(a.floats));
+    case nc::Arg::Kind::kDevice: return c10::IValue(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(a.i)));
+    case nc::Arg::Kind::kString: return c10::IValue(a.s);
+    case nc::Arg::Kind::kTensorList: {
+      const auto& type = schema_arg.real_type();
+      const bool optional_items = type->kind() == c10::TypeKind::ListType &&
+                                  type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::OptionalType;
+      if (optional_items) {
+        c10::List<std::optional<at::Tensor>> list;
+        for (int64_t id : a.ints) {
+          at::Tensor t = value_tensor(p, st, static_cast<int32_t>(id));
+          list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
+        }
+        return c10::IValue(list);
+      }
+      c10::List<at::Tensor> list;
+      for (int64_t id : a.ints) list.push_back(value_tensor(p, st, static_cast<int32_t>(id)));
+      return c10::IValue(list);
+    }
+  }
+  (void)device;
+  return c10::IValue();
+}
+
+bool is_one(const nc::Arg& a) { return a.kind == nc::Arg::Kind::kNone || (a.is_scalar() && a.scalar() == 1.0); }
+
+}  // namespace
+
+// mm and addmm (beta = alpha = 1) with few rows run the device's skinny matmul,
+// as eager neuron runs them, straight into the planned output buffer.
+bool ExternAtenCalls::run_skinny_matmul(const nc::Program& p, const nc::Step& step, const ProgramStorages& storages) {
+  const bool mm = step.node.op == "aten::mm.default";
+  const bool addmm = step.node.op == "aten::addmm.default";
+  if ((!mm && !addmm) || step.node.outputs.size() != 1 || step.node.outputs[0] < 0) return false;
+  const auto& a = step.node.args;
+  if (addmm && (a.size() < 5 || !is_one(a[3]) || !is_one(a[4]))) return false;
+  const size_t xi = mm ? 0 : 1;
+  if (a[xi].kind != nc::Arg::Kind::kTensor || a[xi + 1].kind != nc::Arg::Kind::kTensor) return false;
+  if (addmm && a[0].kind != nc::Arg::Kind::kTensor) return false;
+  const nc::Layout& out = p.values[step.node.outputs[0]].layout;
+  if (out.sizes.size() != 2 || out.strides[1] != 1 || out.strides[0] != out.sizes[1]) return false;
+  const at::Tensor x = value_tensor(p, storages, static_cast<int32_t>(a[xi].i));
+  const at::Tensor w = value_tensor(p, storages, static_cast<int32_t>(a[xi + 1].i));
+  const at::Tensor bias = addmm ? value_tensor(p, storages, static_cast<int32_t>(a[0].i)) : at::Tensor();
+  auto params = native::skinny_matmul_params(x, w, addmm ? &bias : nullptr);
+  if (!params) return false;
+  at::Tensor y = value_tensor(p, storages, step.node.outputs[0]);
+  params->y.data = y.data_ptr();
+  native::run_skinny_matmul_here(*params);
+  return true;
+}
+
+ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()) {
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const nc::Step& s = p.steps[i];
+    if (s.kind != nc::Step::Kind::kExtern) continue;
+    const auto [name, overload] = split_op_name(s.node.op);
+    auto op = c10::Dispatcher::singleton().findSchema({name, overload});
+    TORCH_CHECK(op.has_value(), "[neuron] compiled graph: step ", i, ": unknown operator ", s.node.op);
+    const auto& schema = op->schema();
+    TORCH_CHECK(schema.arguments().size() == s.node.args.size(), "[neuron] compiled graph: step ", i, " (",
+                s.node.op, "): ", s.node.args.size(), " arguments given, the schema has ", schema.arguments().size());
+    // An input mutation writes its first argument and has no output value.
+    const size_t returns = s.node.op == nc::kCopyInto ? 0 : schema.returns().size();
+    TORCH_CHECK(returns == s.node.outputs.size(), "[neuron] compiled graph: step ", i, " (",
+                s.node.op, "): ", s.node.outputs.size(), " outputs given, the schema has ", schema.returns().size());
+    Resolved r{*op, {}};
+    for (const auto& arg : schema.arguments()) {
+      const auto& type = arg.real_type();
+      const bool gen = type->kind() == c10::TypeKind::GeneratorType ||
+                       (type->kind() == c10::TypeKind::OptionalType &&
+                        type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType);
+      r.arg_is_generator.push_back(gen);
+    }
+    by_step_[i] = std::move(r);
+    // Matrix products the skinny matmul takes run on the device's threads:
+    // they must not make the task lend ATen's OpenMP team (whose spinning
+    // threads would take the cores those threads need).
+    if ((s.node.op == "aten::mm.default" || s.node.op == "aten::addmm.default") && !s.node.outputs.empty() &&
+        s.node.outputs[0] >= 0 && p.values[s.node.outputs[0]].layout.sizes.size() == 2 &&
+        p.values[s.node.outputs[0]].layout.sizes[0] <= neuronkernels::kSkinnyMaxRows) {
+      continue;
+    }
+    const std::string base = name;
+    if (base == "aten::mm" || base == "aten::addmm" || base == "aten::bmm" || base == "aten::baddbmm" ||
+        base.find("conv") != std::string::npos || base.find("attention") != std::string::npos) {
+      has_matrix_products_ = true;
+    }
+    for (const auto& a : s.node.args) {
+      if (a.kind == nc::Arg::Kind::kTensor) largest_elements_ = std::max(largest_elements_, p.values[a.i].layout.numel());
+    }
+    for (int32_t o : s.node.outputs) {
+      if (o >= 0) largest_elements_ = std::max(largest_elements_, p.values[o].layout.numel());
+    }
+  }
+}
+
+void ExternAtenCalls::call(const nc::Program& p, const nc::Step& step, const ProgramStorages& storages,
+                           c10::DeviceIndex device) const {
+  const size_t index = static_cast<size_t>(&step - p.steps.data());
+  TORCH_CHECK(index < by_step_.size() && by_step_[index].has_value(), "[neuron] compiled graph: step ", index,
+              " is not an extern call");
+  try {
+    run(*by_step_[index], p, step, storages, device);
+  } catch (c10::Error& e) {
+    // Keeps the error's type (IndexError, ...): Python sees what eager raises.
+    e.add_context("[neuron] in compiled program step " + std::to_string(index) + " (extern call " + step.node.op + ")");
+    throw;
+  }
+}
+
+void ExternAtenCalls::run(const Resolved& r, const nc::Program& p, const nc::Step& step,
+                          const ProgramStorages& storages, c10::DeviceIndex device) {
+  if (step.node.op == nc::kCopyInto) {  // one the tile interpreter does not take (int64, float64, ...)
+    CpuAliases aliases;
+    at::Tensor dst = aliases(value_tensor(p, storages, static_cast<int32_t>(step.node.args[0].i)));
+    at::Tensor src = aliases(value_tensor(p, storages, static_cast<int32_t>(step.node.args[1].i)));
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    dst.copy_(src);
+    return;
+  }
+  if (run_skinny_matmul(p, step, storages)) return;
+  const auto& schema = r.op.schema();
+  Stack args;
+  args.reserve(step.node.args.size());
+  for (size_t i = 0; i < step.node.args.size(); ++i) {
+    args.push_back(to_ivalue(step.node.args[i], schema.arguments()[i], p, storages, device));
+  }
+  CpuAliases aliases;
+  Stack cpu = cpu_arguments(args, r.arg_is_generator, device, schema.name().c_str(), aliases);
+  call_cpu_kernel(r.op, &cpu);
+  Stack targets;
+  for (int32_t o : step.node.outputs) {
+    at::Tensor t = value_tensor(p, storages, o);
+    targets.push_back(t.defined() ? c10::IValue(aliases(t)) : c10::IValue());
+  }
+  copy_into(targets, cpu);
+}
+
+}  // namespace torchneuron

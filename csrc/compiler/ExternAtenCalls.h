@@ -1,0 +1,84 @@
+// The extern calls of a compiled program: nodes the compiler does not lower
+// run as their ATen CPU kernels on device buffers (csrc/aten/CpuKernelCall.h:
+// CPU aliases of the buffers, generators and devices mapped, the call, the
+// results copied into the buffers the program planned for them). Resolved
+// once at compile time; run inside the program's task on the stream worker.
+// mm / addmm with few rows run the device's skinny matmul instead, as eager
+// neuron does (csrc/aten/native/Matmul.h).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/Storage.h>
+
+#include "neuroncompiler/executor.hpp"
+
+namespace torchneuron {
+
+// The storages one run of a program uses, indexed as Program::buffers names
+// them, with the inputs' storage offsets (elements).
+struct ProgramStorages {
+  std::vector<c10::Storage> inputs;
+  std::vector<int64_t> input_offsets;
+  std::vector<c10::Storage> outputs;
+  c10::Storage arena;
+};
+
+// The torch scalar type of a compiler dtype, and back.
+c10::ScalarType scalar_type_of(neuroncompiler::DType dtype);
+
+// A neuron tensor for `value` over the run's storages (undefined if the value
+// has no buffer).
+at::Tensor value_tensor(const neuroncompiler::Program& program, const ProgramStorages& storages,
+                        int32_t value);
+
+class ExternAtenCalls {
+ public:
+  // Resolves every extern step's operator; throws c10::Error naming the step
+  // and op when one is unknown or its arguments do not fit the schema.
+  explicit ExternAtenCalls(const neuroncompiler::Program& program);
+
+  // Runs extern step `step` of `program` on the run's storages.
+  void call(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
+            const ProgramStorages& storages, c10::DeviceIndex device) const;
+
+  // The largest tensor an extern call touches and whether any is a matrix
+  // product (how many threads the worker lends ATen's kernels).
+  int64_t largest_elements() const { return largest_elements_; }
+  bool has_matrix_products() const { return has_matrix_products_; }
+
+ private:
+  struct Resolved {
+    c10::OperatorHandle op;
+    std::vector<bool> arg_is_generator;
+  };
+  static bool run_skinny_matmul(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
+                                const ProgramStorages& storages);
+  static void run(const Resolved& r, const neuroncompiler::Program& program, const neuroncompiler::Step& step,
+                  const ProgramStorages& storages, c10::DeviceIndex device);
+
+  std::vector<std::optional<Resolved>> by_step_;  // indexed by step; set for extern steps
+  int64_t largest_elements_ = 0;
+  bool has_matrix_products_ = false;
+};
+
+// The executor's callback for one run: the resolved calls and that run's storages.
+class BoundExternCalls final : public neuroncompiler::ExternCalls {
+ public:
+  BoundExternCalls(const ExternAtenCalls& calls, const ProgramStorages& storages, c10::DeviceIndex device)
+      : calls_(calls), storages_(storages), device_(device) {}
+  void call(const neuroncompiler::Program& program, const neuroncompiler::RunBuffers&,
+            const neuroncompiler::Step& step) override {
+    calls_.call(program, step, storages_, device_);
+  }
+
+ private:
+  const ExternAtenCalls& calls_;
+  const ProgramStorages& storages_;
+  c10::DeviceIndex device_;
+};
+
+}  // namespace torchneuron

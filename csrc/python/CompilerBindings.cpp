@@ -1,0 +1,43 @@
+#include "csrc/compiler/CompiledGraph.h"
+#include "csrc/python/Bindings.h"
+#include "neuronrt/neuronrt.hpp"
+
+namespace py = pybind11;
+
+namespace torchneuron::python {
+
+void bind_compiler(py::module_& m) {
+  py::class_<CompiledGraph, std::shared_ptr<CompiledGraph>>(m, "_CompiledGraph")
+      .def("run", &CompiledGraph::run, py::arg("inputs"))
+      .def_property_readonly("report", [](const CompiledGraph& g) {
+        const auto& r = g.report();
+        py::dict d;
+        d["fused_groups"] = r.fused_groups;
+        d["fused_nodes"] = r.fused_nodes;
+        d["extern"] = r.extern_calls;
+        d["native_kernels"] = r.native_kernels;
+        d["arena_bytes"] = r.arena_bytes;
+        d["output_bytes"] = [&] {
+          int64_t total = 0;
+          for (int64_t b : g.program().output_storage_bytes) total += b;
+          return total;
+        }();
+        py::dict times;
+        times["parse"] = r.parse_ms;
+        times["fusion"] = r.fusion_ms;
+        times["lowering"] = r.lowering_ms;
+        times["planning"] = r.planning_ms;
+        d["times_ms"] = times;
+        return d;
+      })
+      .def("describe", [](const CompiledGraph& g) { return g.program().describe(); })
+      .def("serialize", [](const CompiledGraph& g) { return py::bytes(g.program().serialize()); });
+  m.def("_compile_graph", &CompiledGraph::compile, py::arg("graph_text"), py::arg("label"));
+  m.def("_load_compiled_graph", [](const py::bytes& b, const std::string& label) {
+    return CompiledGraph::load(std::string(b), label);
+  }, py::arg("program"), py::arg("label"));
+  // Work queued on any stream so far (neuronrt::queued_work_count).
+  m.def("_queued_work_count", [] { return neuronrt::queued_work_count(); });
+}
+
+}  // namespace torchneuron::python

@@ -1,0 +1,276 @@
+"""An AOTAutograd FX graph as the graph compiler's serialized graph.
+
+The format is the compiler's (compiler/include/neuroncompiler/graph_format.hpp):
+one text record per value, input, node and the outputs. Every tensor is a
+value with its dtype, sizes, strides and storage offset taken from the node's
+fake tensor (`node.meta["val"]`); a view is not a node but a value over its
+base's buffer, found by the fake tensors sharing a storage. Input mutations
+(functionalized `copy_` into a graph input) stay nodes that write the input.
+
+A graph that cannot run as one device submission raises `Unsupported` with the
+reason: symbolic shapes, ops whose output shape depends on data or that read
+values on the host, tensors on another device, constants in the graph, ops
+without a CPU kernel for the extern call, random ops without a generator
+argument (their CPU kernel would not draw from the device generator).
+"""
+import math
+import operator
+
+import torch
+
+FORMAT_VERSION = 1
+
+# c10::ScalarType, c10::Layout and c10::MemoryFormat as ints (how boxed calls carry them).
+_SCALAR_TYPES = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
+    torch.float32: 6, torch.float64: 7, torch.complex64: 9, torch.complex128: 10, torch.bool: 11,
+    torch.bfloat16: 15,
+}
+_DTYPE_NAMES = {
+    torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16",
+    torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
+    torch.bool: "bool", torch.complex64: "complex64", torch.complex128: "complex128",
+}
+_LAYOUTS = {torch.strided: 0}
+_MEMORY_FORMATS = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
+                   torch.channels_last_3d: 3}
+# Ops that read tensor values on the host or size their output by them.
+_HOST_TAGS = (torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output)
+
+
+class Unsupported(Exception):
+    """The graph cannot run as one submission; args[0] says why (names the node)."""
+
+
+def _storage_key(t):
+    return t.untyped_storage()._cdata
+
+
+def _static(values, what, node):
+    for v in values:
+        if not isinstance(v, int):
+            raise Unsupported(f"node {node.name}: symbolic {what} {tuple(values)} (dynamic shapes run eagerly)")
+    return [int(v) for v in values]
+
+
+class _Writer:
+    def __init__(self):
+        self.values = []   # value records
+        self.lines = []    # input, node and output records
+        self.storages = {}  # fake storage -> (root value id, storage offset of the root)
+        self.device = None
+
+    def tensor_value(self, t, node, is_input=False):
+        if not isinstance(t, torch.Tensor):
+            raise Unsupported(f"node {node.name}: a {type(t).__name__} value where the compiler takes tensors")
+        if t.device.type != "neuron":
+            raise Unsupported(f"node {node.name}: a {t.device} tensor in the graph (the program runs on neuron)")
+        if self.device is None:
+            self.device = t.device
+        elif t.device != self.device:
+            raise Unsupported(f"node {node.name}: tensors on {self.device} and {t.device} in one graph")
+        if t.dtype not in _DTYPE_NAMES:
+            raise Unsupported(f"node {node.name}: dtype {t.dtype}")
+        if t.layout != torch.strided:
+            raise Unsupported(f"node {node.name}: layout {t.layout}")
+        sizes = _static(t.shape, "sizes", node)
+        strides = _static(t.stride(), "strides", node)
+        offset = _static([t.storage_offset()], "storage offset", node)[0]
+        key = _storage_key(t)
+        vid = len(self.values)
+        if not is_input and key in self.storages:
+            base, base_offset = self.storages[key]
+            rel = offset - base_offset
+            if rel < 0:
+                raise Unsupported(f"node {node.name}: a view before the start of its base")
+            self._record(vid, t.dtype, f"%{base}", rel, sizes, strides)
+            return vid, True
+        if not is_input and offset != 0:
+            raise Unsupported(f"node {node.name}: a fresh result at storage offset {offset}")
+        self._record(vid, t.dtype, "-", 0, sizes, strides)
+        self.storages.setdefault(key, (vid, offset))
+        return vid, False
+
+    def _record(self, vid, dtype, base, offset, sizes, strides):
+        dims = " ".join(str(s) for s in sizes + strides)
+        self.values.append(f"value {vid} {_DTYPE_NAMES[dtype]} {base} {offset} {len(sizes)}{' ' + dims if dims else ''}")
+
+    def text(self):
+        return "\n".join([f"neurongraph {FORMAT_VERSION}", *self.values, *self.lines, "end", ""])
+
+
+def _arg_token(value, env, node, name):
+    if isinstance(value, torch.fx.Node):
+        if value not in env or not isinstance(env[value], int):
+            raise Unsupported(f"node {node.name}: argument {name} is not a tensor the graph computes")
+        return f"%{env[value]}"
+    if value is None:
+        return "_"
+    if isinstance(value, bool):
+        return "b1" if value else "b0"
+    if isinstance(value, int):
+        return f"i{value}"
+    if isinstance(value, float):
+        return f"f{value!r}" if math.isfinite(value) else ("fnan" if math.isnan(value) else ("finf" if value > 0 else "f-inf"))
+    if isinstance(value, torch.dtype):
+        if value not in _SCALAR_TYPES:
+            raise Unsupported(f"node {node.name}: dtype {value}")
+        return f"i{_SCALAR_TYPES[value]}"
+    if isinstance(value, torch.layout):
+        if value not in _LAYOUTS:
+            raise Unsupported(f"node {node.name}: layout {value}")
+        return f"i{_LAYOUTS[value]}"
+    if isinstance(value, torch.memory_format):
+        return f"i{_MEMORY_FORMATS[value]}"
+    if isinstance(value, torch.device):
+        if value.type != "neuron":
+            raise Unsupported(f"node {node.name}: moves data to {value} (host synchronization)")
+        return f"D{value.index or 0}"
+    if isinstance(value, str):
+        if not value or any(c.isspace() for c in value):
+            raise Unsupported(f"node {node.name}: string argument {name}={value!r}")
+        return f"s{value}"
+    if isinstance(value, (list, tuple)):
+        if any(isinstance(v, torch.fx.Node) for v in value) or (value and all(v is None for v in value)):
+            items = ["_" if v is None else _arg_token(v, env, node, name) for v in value]
+            return "T" + ",".join(items)
+        if all(isinstance(v, int) for v in value):  # bool lists too (the glue reads the schema)
+            return "I" + ",".join(str(int(v)) for v in value)
+        if all(isinstance(v, (int, float)) for v in value):
+            return "F" + ",".join(repr(float(v)) for v in value)
+    raise Unsupported(f"node {node.name}: argument {name} of type {type(value).__name__}")
+
+
+def _schema_args(node):
+    """Every schema argument of the node in order, defaults filled in."""
+    schema = node.target._schema
+    out = []
+    for i, arg in enumerate(schema.arguments):
+        if not arg.kwarg_only and i < len(node.args):
+            out.append((arg.name, node.args[i]))
+        elif arg.name in node.kwargs:
+            out.append((arg.name, node.kwargs[arg.name]))
+        elif arg.has_default_value():
+            out.append((arg.name, arg.default_value))
+        else:
+            raise Unsupported(f"node {node.name}: argument {arg.name} missing")
+    return out
+
+
+def _op_name(op):
+    schema = op._schema
+    return f"{schema.name}.{schema.overload_name or 'default'}"
+
+
+def serialize(gm: torch.fx.GraphModule) -> tuple[str, list[str]]:
+    """(graph text, input names). Raises Unsupported."""
+    w = _Writer()
+    env = {}  # fx node -> value id, or a tuple of value ids for multi-output nodes
+    input_names = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            val = node.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                raise Unsupported(f"input {node.name} is a {type(val).__name__}, not a tensor")
+            vid, _ = w.tensor_value(val, node, is_input=True)
+            env[node] = vid
+            w.lines.append(f"input %{vid} {node.name}")
+            input_names.append(node.name)
+        elif node.op == "call_function" and node.target is operator.getitem:
+            parent, index = node.args
+            ids = env.get(parent)
+            if not isinstance(ids, tuple):
+                raise Unsupported(f"node {node.name}: getitem of {parent.name}")
+            env[node] = ids[index]
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            _serialize_op(node, w, env)
+        elif node.op == "output":
+            outs = []
+            for out in node.args[0]:
+                if out is None:
+                    outs.append("_")
+                elif isinstance(out, torch.fx.Node) and isinstance(env.get(out), int):
+                    outs.append(f"%{env[out]}")
+                else:
+                    raise Unsupported(f"output {out} is not a tensor the graph computes")
+            w.lines.append("output" + "".join(" " + o for o in outs))
+        elif node.op == "get_attr":
+            raise Unsupported(f"node {node.name}: a constant tensor in the graph")
+        else:
+            raise Unsupported(f"node {node.name}: {node.op} {node.target}")
+    if w.device is None:
+        raise Unsupported("the graph has no neuron tensor")
+    return w.text(), input_names
+
+
+def _serialize_op(node, w, env):
+    op = node.target
+    name = _op_name(op)
+    if any(tag in op.tags for tag in _HOST_TAGS):
+        raise Unsupported(f"node {node.name} ({name}): its result depends on tensor values read on the host")
+    schema = op._schema
+    if name == "aten::_scaled_dot_product_fused_attention_overrideable.default":
+        _serialize_attention(node, w, env)
+        return
+    if torch.Tag.nondeterministic_seeded in op.tags and not any(
+            "Generator" in str(a.type) for a in schema.arguments):
+        # Its CPU kernel would draw from the CPU generator, not the device's.
+        raise Unsupported(f"node {node.name} ({name}): draws random numbers with no generator argument")
+    if name == "aten::copy_.default":
+        dst = node.args[0]
+        if dst.op != "placeholder":
+            raise Unsupported(f"node {node.name}: copy_ into {dst.name}, not a graph input")
+        args = [_arg_token(v, env, node, n) for n, v in _schema_args(node)]
+        w.lines.append(f"node aten::copy_ 0 {len(args)} {' '.join(args)}")
+        env[node] = env[dst]
+        return
+    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+        raise Unsupported(f"node {node.name} ({name}): an in-place op in a functional graph")
+    val = node.meta.get("val")
+    results = list(val) if isinstance(val, (tuple, list)) else [val]
+    ids, views = [], []
+    for r in results:
+        if r is None:
+            ids.append(None)
+            continue
+        vid, is_view = w.tensor_value(r, node)
+        ids.append(vid)
+        views.append(is_view)
+    env[node] = tuple(ids) if isinstance(val, (tuple, list)) else ids[0]
+    if views and all(views):
+        return  # a view: metadata over its base, no work
+    if any(views):
+        raise Unsupported(f"node {node.name} ({name}): results that are partly views")
+    if len(schema.returns) != len(results) or any(str(r.type) not in ("Tensor", "Optional[Tensor]") for r in schema.returns):
+        raise Unsupported(f"node {node.name} ({name}): returns {schema.returns}")
+    # The *_overrideable ops are the hooks out-of-tree devices implement (their
+    # CPU entry is a stub): they run as the device's own kernels, eagerly.
+    if "_overrideable" in schema.name or not torch._C._dispatch_has_computed_kernel_for_dispatch_key(
+            name.removesuffix(".default"), "CPU"):
+        raise Unsupported(f"node {node.name} ({name}): no CPU kernel for an extern call")
+    args = [_arg_token(v, env, node, n) for n, v in _schema_args(node)]
+    outs = ["_" if i is None else f"%{i}" for i in ids]
+    w.lines.append(f"node {name} {len(outs)} {' '.join(outs)} {len(args)}{' ' + ' '.join(args) if args else ''}")
+
+
+def _serialize_attention(node, w, env):
+    """The device's fused attention (the hook SDPA picks on neuron) in a graph that
+    reads only its output, without dropout: an extern call of
+    `scaled_dot_product_attention`, whose CPU kernel computes the same attention.
+    Training graphs read its log-sum-exp too: those run eagerly."""
+    q, k, v, bias, dropout_p, is_causal, _debug = [a for _, a in _schema_args(node)][:7]
+    scale = node.kwargs.get("scale")
+    if any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
+        raise Unsupported(f"node {node.name}: the fused attention's log-sum-exp is used (training)")
+    if dropout_p:
+        raise Unsupported(f"node {node.name}: attention with dropout")
+    out = node.meta["val"][0]
+    vid, is_view = w.tensor_value(out, node)
+    if is_view:
+        raise Unsupported(f"node {node.name}: attention output viewing another value")
+    env[node] = (vid,)
+    gqa = q.meta["val"].shape[-3] != k.meta["val"].shape[-3]
+    args = [_arg_token(a, env, node, n) for n, a in
+            (("query", q), ("key", k), ("value", v), ("attn_mask", bias), ("dropout_p", 0.0),
+             ("is_causal", is_causal), ("scale", scale), ("enable_gqa", gqa))]
+    w.lines.append(f"node aten::scaled_dot_product_attention.default 1 %{vid} {len(args)} {' '.join(args)}")
