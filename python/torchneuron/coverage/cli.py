@@ -141,6 +141,11 @@ def summary_line(rec, seconds):
     na = [s for s, v in rec.get("stages", {}).items() if v.get("status") == "n/a"]
     if na:
         extra.append("n/a " + ",".join(na))
+    from .report import compiles_cell
+
+    compiles = compiles_cell(rec.get("stages", {}))
+    if compiles:
+        extra.append(f"compiles {compiles}")
     extra += rec.get("notes") or []
     return f"{status} ({seconds:.1f} s{'; ' + '; '.join(extra) if extra else ''})"
 
