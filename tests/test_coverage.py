@@ -257,3 +257,15 @@ def test_several_lists_run_as_one_without_duplicates(tmp_path):
     first.write_text(header + "llama\tLlamaForCausalLM\tLlamaConfig\t-\n")
     second.write_text(header + "qwen2\tQwen2ForCausalLM\tQwen2Config\t-\nllama\tLlamaForCausalLM\tLlamaConfig\t-\n")
     assert [r["model_type"] for r in read_lists([str(first), str(second)])] == ["llama", "qwen2"]
+
+
+def test_compiled_generate_is_not_applicable_to_a_model_without_a_cache():
+    """OpenAI GPT's forward takes no cache: each decode step reruns a longer sequence, a new graph per step."""
+    import transformers
+
+    from torchneuron.coverage.compile_stages import compiled_generate_not_applicable
+
+    tiny = dict(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2)
+    reason = compiled_generate_not_applicable(transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(**tiny)))
+    assert reason and "takes no cache" in reason, reason
+    assert compiled_generate_not_applicable(transformers.GPT2LMHeadModel(transformers.GPT2Config(**tiny))) is None

@@ -7,6 +7,8 @@ this architecture and this stage. Dynamo's recompile limit is made an error
 (`fail_on_recompile_limit_hit`): past it Dynamo would otherwise run the frame
 eagerly without a word, and the stage would pass without compiling.
 """
+import inspect
+
 import torch
 
 from .common import compare_logits, compare_tokens, make_inputs
@@ -53,6 +55,17 @@ def compare_compiled_forward(counts):
     return compare
 
 
+def compiled_generate_not_applicable(model):
+    """A model whose forward takes no cache recomputes the whole sequence every decode
+    step: each step has a new input length, so a new graph, whatever the cache."""
+    from transformers.generation.utils import ALL_CACHE_NAMES  # past_key_values, cache_params, ...
+
+    if not set(ALL_CACHE_NAMES) & set(inspect.signature(model.forward).parameters):
+        return (f"{type(model).__name__}.forward takes no cache: every decode step reruns the whole, "
+                "longer sequence (a new graph per step)")
+    return None
+
+
 def compiled_generate_prompts():
     """Two prompts of the same shape: the second generate() must reuse every compiled graph."""
     return [(ids[:, :PROMPT_LEN], mask[:, :PROMPT_LEN])
@@ -76,7 +89,15 @@ def stage_compiled_generate(model, prompts, counts):
     out = []
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         for i, (ids, mask) in enumerate(prompts):
-            tokens = stage_generate(model, ids.to(device), mask.to(device), True, disable_compile=False)
+            try:
+                tokens = stage_generate(model, ids.to(device), mask.to(device), True, disable_compile=False)
+            except torch._dynamo.exc.FailOnRecompileLimitHit as e:
+                # Which guard kept failing: the last recompilation's reason.
+                n, r, reasons = compile_counts(torchneuron.compile_metrics())
+                counts.update(compilations=n, recompilations=r, recompile_reasons=reasons)
+                last = reasons[-1] if reasons else "no recompile reason recorded"
+                raise AssertionError(f"generate() call {i + 1} hit Dynamo's recompile limit after {n} compilations; "
+                                     f"last recompile reason: {last}") from e
             out.append(tokens.cpu())
             records = torchneuron.compile_metrics()
             if i == 0:

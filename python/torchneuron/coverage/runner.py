@@ -23,7 +23,8 @@ from .common import (
     ops_delta, ops_snapshot, path_totals, short_error, sync_device, time_limit,
 )
 from .compile_stages import (
-    compare_compiled_forward, compare_compiled_generate, compiled_generate_prompts, fresh_compile_state,
+    compare_compiled_forward, compare_compiled_generate, compiled_generate_not_applicable, compiled_generate_prompts,
+    fresh_compile_state,
     stage_compiled_forward, stage_compiled_generate, stage_compiled_generate_reference,
 )
 from .generation_stages import (
@@ -176,7 +177,8 @@ def run_compiled_stages(rec, cpu_model, dev_model, ids, mask, device, timeout):
     run_stage(
         rec, "compiled_generate", lambda: stage_compiled_generate_reference(cpu_model, prompts),
         lambda: stage_compiled_generate(dev_model, prompts, counts), compare_compiled_generate(counts), device,
-        timeout, na_on_cpu_error=True, not_applicable=static_not_applicable(cpu_model),
+        timeout, na_on_cpu_error=True,
+        not_applicable=static_not_applicable(cpu_model) or compiled_generate_not_applicable(cpu_model),
     )
     stages["compiled_generate"].update(counts)
     if rec.selected & {"compiled_forward", "compiled_generate"}:
