@@ -114,7 +114,8 @@ def write_markdown(records, meta, out_dir):
         f"{meta.get('new_tokens')} tokens without `disable_compile`, prompts of {COMPILED_PROMPT_LEN} tokens, "
         "shorter than the sliding window: Transformers auto-compiles the decode step with backend "
         "`\"neuron\"`; it fails if `torchneuron.compile_metrics()` stays empty, if tokens differ from CPU's "
-        "eager tokens, or if the second call, with another prompt of the same length, compiles anything). "
+        "eager tokens, or if the second call, with another prompt of the same length, compiles anything; "
+        "not applicable where there is no static cache or the model's forward takes no cache at all). "
         "The compiles column counts `compile_metrics()` records: compiled_forward's, then the first "
         "generate()'s with its recompilations (records with a `recompile_reason`) in parentheses, then the "
         "second generate()'s.",
