@@ -1,4 +1,5 @@
-"""The Hugging Face coverage tool (python -m torchneuron.coverage) on two small architectures."""
+"""The Hugging Face coverage tool (python -m torchneuron.coverage) on small architectures:
+every stage for two, the torch.compile stages alone (--stages) for two sliding-window ones."""
 import json
 import os
 import subprocess
@@ -13,24 +14,40 @@ ROWS = [
     ("qwen2", "Qwen2ForCausalLM", "Qwen2Config", "q/k/v bias; sliding window"),
 ]
 STAGES = ["to_device", "forward", "generate_dynamic", "generate_static", "backward",
-          "generate_padded", "sample", "forward_bf16", "sdpa_vs_eager", "pipeline"]
+          "generate_padded", "sample", "forward_bf16", "sdpa_vs_eager", "pipeline",
+          "compiled_forward", "compiled_generate"]
+COMPILED = ["compiled_forward", "compiled_generate"]
+# Sliding-window models whose decoding overflows the window (the tiny configs' window is 8).
+SLIDING_ROWS = [
+    ("mistral", "MistralForCausalLM", "MistralConfig", "sliding_window"),
+    ("gemma2", "Gemma2ForCausalLM", "Gemma2Config", "alternating sliding-window layers"),
+]
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    root = tmp_path_factory.mktemp("coverage")
+def run_tool(root, rows, *extra, timeout=240):
     tsv = root / "architectures.tsv"
-    lines = ["model_type\tcausal_lm_class\tconfig_class\tspecial_needs"] + ["\t".join(r) for r in ROWS]
+    lines = ["model_type\tcausal_lm_class\tconfig_class\tspecial_needs"] + ["\t".join(r) for r in rows]
     tsv.write_text("\n".join(lines) + "\n")
     out = root / "out"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.run(
         [sys.executable, "-m", "torchneuron.coverage", "--list", str(tsv), "--out", str(out), "--device", "neuron",
-         "--stage-timeout", "120"],
-        capture_output=True, text=True, timeout=240, env=env,
+         "--stage-timeout", "120", *extra],
+        capture_output=True, text=True, timeout=timeout, env=env,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc, out
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    return run_tool(tmp_path_factory.mktemp("coverage"), ROWS)
+
+
+@pytest.fixture(scope="module")
+def compiled_report(tmp_path_factory):
+    return run_tool(tmp_path_factory.mktemp("coverage_compiled"), SLIDING_ROWS, "--stages", ",".join(COMPILED),
+                    timeout=180)
 
 
 def test_progress_is_printed_per_architecture(report):
@@ -59,6 +76,12 @@ def test_json_records(report):
         assert r["stages"]["forward_bf16"]["cpu_error"] > 0
         assert r["stages"]["sdpa_vs_eager"]["sdpa_equals_eager"] is True
         assert r["attn_implementation"] == "sdpa"
+        # Compiled: each call of the model compiled, nothing compiled again in the second generate().
+        assert r["stages"]["compiled_forward"]["compilations"] >= 1
+        generate = r["stages"]["compiled_generate"]
+        assert generate["compilations"] >= 1 and generate["second_call_compilations"] == 0, generate
+        assert generate["compile_backend"] == "neuron"
+    assert records[0]["stages"]["compiled_generate"]["compilations"] == 1  # dense llama: one decode graph
 
 
 def test_markdown_table(report):
@@ -69,8 +92,57 @@ def test_markdown_table(report):
     for column in STAGES + ["fallback ops", "notes", "error"]:
         assert column in header
     assert "disable_compile=True" in md and "docs/compile.md" in md  # the torch.compile situation
+    assert "compiles" in header
     rows = [line for line in md.splitlines() if line.startswith(("| llama ", "| qwen2 "))]
     assert len(rows) == 2 and all("| pass |" in line for line in rows)
+    assert "| 1 / 1 (0) / 0 |" in rows[0], rows[0]  # llama: forward once, decode once, second call nothing
+
+
+def test_compiled_stages_run_alone_on_sliding_window_models(compiled_report):
+    """--stages runs the torch.compile stages alone. A sliding-window cache meets two regimes in
+    the first generate() (filling, then full), each compiled once; the second compiles nothing."""
+    proc, out = compiled_report
+    records = json.loads((out / "coverage.json").read_text())
+    assert [r["model_type"] for r in records] == [r[0] for r in SLIDING_ROWS]
+    for r in records:
+        assert r["passed"] is True, r
+        assert r["stages"]["to_device"]["status"] == "pass"
+        assert {s for s in STAGES if r["stages"][s]["status"] == "not run"} == set(STAGES) - {"to_device", *COMPILED}
+        assert r["stages"]["compiled_forward"]["status"] == "pass", r["stages"]["compiled_forward"]
+        generate = r["stages"]["compiled_generate"]
+        assert generate["status"] == "pass", generate
+        assert (generate["compilations"], generate["recompilations"], generate["second_call_compilations"]) == (2, 1, 0)
+        assert "cumulative_length_int" in generate["recompile_reasons"][0]  # the window's fill level
+    md = (out / "coverage.md").read_text()
+    assert "2 of 2 architectures pass every stage run (`compiled_forward`, `compiled_generate`)" in md
+    assert json.loads((out / "coverage_meta.json").read_text())["stages"] == COMPILED
+
+
+def test_unknown_stage_is_refused_naming_the_stages(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchneuron.coverage", "--list", MORE, "--out", str(tmp_path), "--stages",
+         "compiled_forward,compiled_generat"], capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--stages: unknown stage(s) compiled_generat; the stages are to_device, forward" in proc.stderr
+    assert not (tmp_path / "coverage.json").exists()
+
+
+def test_compiled_generate_fails_without_compilation_or_with_a_second_call_recompiling():
+    import torch
+
+    from torchneuron.coverage.compile_stages import compare_compiled_generate
+
+    tokens = [torch.tensor([[5, 6, 7]]), torch.tensor([[8, 9, 10]])]
+    ok = dict(compilations=1, recompilations=0, second_call_compilations=0, second_call_recompile_reasons=[])
+    assert compare_compiled_generate(ok)(tokens, [t.clone() for t in tokens]) == 0.0
+    with pytest.raises(AssertionError, match="did not auto-compile: compile_metrics\\(\\) is empty"):
+        compare_compiled_generate({})(tokens, tokens)
+    with pytest.raises(AssertionError, match="generate\\(\\) call 2: 1 tokens differ; first at row 0 position 2"):
+        compare_compiled_generate(ok)(tokens, [tokens[0], torch.tensor([[8, 9, 11]])])
+    again = dict(ok, second_call_compilations=1, second_call_recompile_reasons=["0/1: size mismatch"])
+    with pytest.raises(AssertionError, match="second generate\\(\\) .* compiled 1 more graph\\(s\\): 0/1: size mismatch"):
+        compare_compiled_generate(again)(tokens, tokens)
 
 
 def test_one_failing_architecture_does_not_stop_the_run(tmp_path):
@@ -185,3 +257,15 @@ def test_several_lists_run_as_one_without_duplicates(tmp_path):
     first.write_text(header + "llama\tLlamaForCausalLM\tLlamaConfig\t-\n")
     second.write_text(header + "qwen2\tQwen2ForCausalLM\tQwen2Config\t-\nllama\tLlamaForCausalLM\tLlamaConfig\t-\n")
     assert [r["model_type"] for r in read_lists([str(first), str(second)])] == ["llama", "qwen2"]
+
+
+def test_compiled_generate_is_not_applicable_to_a_model_without_a_cache():
+    """OpenAI GPT's forward takes no cache: each decode step reruns a longer sequence, a new graph per step."""
+    import transformers
+
+    from torchneuron.coverage.compile_stages import compiled_generate_not_applicable
+
+    tiny = dict(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2)
+    reason = compiled_generate_not_applicable(transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(**tiny)))
+    assert reason and "takes no cache" in reason, reason
+    assert compiled_generate_not_applicable(transformers.GPT2LMHeadModel(transformers.GPT2Config(**tiny))) is None

@@ -1,6 +1,9 @@
-"""Command line: python -m torchneuron.coverage --list FILE [--list FILE2 ...] --out DIR [--only a,b] [--device neuron]
+"""Command line: python -m torchneuron.coverage --list FILE [--list FILE2 ...] --out DIR [--only a,b] [--stages s,t] [--device neuron]
 
 Several lists run as one (in order; a model_type listed twice runs once).
+`--stages` runs only the named stages (the build and `to_device` always run; the
+others are reported as not run), e.g. `--stages compiled_forward,compiled_generate`
+for the torch.compile stages alone.
 
 Each architecture runs in its own worker process by default (a crash, a hang or a
 device left in a bad state then costs that architecture only); `--in-process` runs
@@ -73,6 +76,8 @@ def run_in_worker(row, args, log_dir):
             os.remove(p)
     cmd = [sys.executable, "-m", "torchneuron.coverage", "--worker", json.dumps(row), "--result", result,
            "--device", args.device, "--stage-timeout", str(args.stage_timeout)]
+    if args.stages:
+        cmd += ["--stages", ",".join(args.stages)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     limit = args.arch_timeout or 6 * args.stage_timeout
     with open(log, "w") as out:
@@ -103,7 +108,7 @@ def run_in_process(row, args, log_dir):
     from .runner import run_architecture
 
     try:
-        return run_architecture(row, device=args.device, stage_timeout=args.stage_timeout,
+        return run_architecture(row, device=args.device, stage_timeout=args.stage_timeout, stages=args.stages,
                                 progress=lambda msg: print(msg, flush=True) if args.verbose else None)
     except BaseException as e:  # a failure of one architecture never stops the run
         if isinstance(e, KeyboardInterrupt):
@@ -136,6 +141,11 @@ def summary_line(rec, seconds):
     na = [s for s, v in rec.get("stages", {}).items() if v.get("status") == "n/a"]
     if na:
         extra.append("n/a " + ",".join(na))
+    from .report import compiles_cell
+
+    compiles = compiles_cell(rec.get("stages", {}))
+    if compiles:
+        extra.append(f"compiles {compiles}")
     extra += rec.get("notes") or []
     return f"{status} ({seconds:.1f} s{'; ' + '; '.join(extra) if extra else ''})"
 
@@ -146,6 +156,8 @@ def parse_args(argv):
                    help="TSV with columns model_type, causal_lm_class, config_class[, special_needs]; repeatable")
     p.add_argument("--out", help="output directory (coverage.json, coverage.md, logs/)")
     p.add_argument("--only", default="", help="comma-separated model_types to run")
+    p.add_argument("--stages", default="",
+                   help="comma-separated stages to run (default: all); build and to_device always run")
     p.add_argument("--device", default="neuron")
     p.add_argument("--stage-timeout", type=float, default=300.0, help="seconds per stage (default 300)")
     p.add_argument("--arch-timeout", type=float, default=0.0,
@@ -157,7 +169,21 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if not args.worker and (not args.list or not args.out):
         p.error("--list and --out are required")
+    args.stages = parse_stages(p, args.stages)
     return args
+
+
+def parse_stages(parser, text):
+    """The stage names of --stages in the tool's order, or None (every stage)."""
+    from .common import STAGES
+
+    wanted = [s.strip() for s in text.split(",") if s.strip()]
+    if not wanted:
+        return None
+    unknown = [s for s in wanted if s not in STAGES]
+    if unknown:
+        parser.error(f"--stages: unknown stage(s) {', '.join(unknown)}; the stages are {', '.join(STAGES)}")
+    return [s for s in STAGES if s in wanted]
 
 
 def worker_main(args):
@@ -165,7 +191,7 @@ def worker_main(args):
 
     row = json.loads(args.worker)
     rec = run_architecture(row, device=args.device, stage_timeout=args.stage_timeout, result_path=args.result,
-                           progress=lambda msg: print(msg, flush=True))
+                           stages=args.stages, progress=lambda msg: print(msg, flush=True))
     print(json.dumps({k: rec.get(k) for k in ("model_type", "passed", "stage", "error")}), flush=True)
     return 0
 
@@ -189,7 +215,7 @@ def main(argv=None):
     log_dir = os.path.join(args.out, "logs")
     os.makedirs(log_dir, exist_ok=True)
 
-    meta = dict(versions(), device=args.device, new_tokens=None, architectures=len(rows),
+    meta = dict(versions(), device=args.device, new_tokens=None, architectures=len(rows), stages=args.stages,
                 command="python -m torchneuron.coverage " + " ".join(shlex.quote(a) for a in argv))
     from .common import NEW_TOKENS
 

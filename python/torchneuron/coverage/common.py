@@ -15,7 +15,10 @@ from .tiny_configs import PAD, VOCAB  # noqa: E402
 STAGES = (
     "to_device", "forward", "generate_dynamic", "generate_static", "backward",
     "generate_padded", "sample", "forward_bf16", "sdpa_vs_eager", "pipeline",
+    "compiled_forward", "compiled_generate",
 )
+# Last: a failure under torch.compile cannot change what the eager stages find.
+COMPILED_STAGES = ("compiled_forward", "compiled_generate")
 NEW_TOKENS = 16
 EXTRA_TOKENS = 8  # for the stages after backward: shorter, to keep each architecture quick
 BATCH, SEQ = 2, 8

@@ -4,6 +4,7 @@ import os
 import re
 
 from .common import EXTRA_TOKENS, PADDED_LENGTHS, STAGES
+from .compile_stages import PROMPT_LEN as COMPILED_PROMPT_LEN
 
 STATUS_MARK = {"pass": "pass", "fail": "FAIL", "n/a": "n/a", "not run": "-"}
 
@@ -57,13 +58,27 @@ def _error_key(error):
     return key.split("; first at row")[0][:200]
 
 
+def compiles_cell(stages):
+    """"forward / first generate (recompiles) / second generate" compilations; "-" where not counted."""
+    fwd, gen = stages.get("compiled_forward", {}), stages.get("compiled_generate", {})
+    parts = [str(fwd.get("compilations", "-"))]
+    if "compilations" in gen:
+        parts.append(f"{gen['compilations']} ({gen.get('recompilations', 0)})")
+    else:
+        parts.append("-")
+    parts.append(str(gen.get("second_call_compilations", "-")))
+    return "" if parts == ["-", "-", "-"] else " / ".join(parts)
+
+
 def write_markdown(records, meta, out_dir):
     path = os.path.join(out_dir, "coverage.md")
     n = len(records)
     passed = sum(1 for r in records if r.get("passed"))
     lines = ["# Hugging Face causal-LM coverage", ""]
+    chosen = meta.get("stages")
+    which = "every stage" if not chosen else "every stage run (" + ", ".join(f"`{s}`" for s in chosen) + ")"
     lines.append(
-        f"{passed} of {n} architectures pass every stage on `{meta.get('device')}` "
+        f"{passed} of {n} architectures pass {which} on `{meta.get('device')}` "
         f"(torch {meta.get('torch')}, transformers {meta.get('transformers')}; "
         f"run took {meta.get('wall_time_s', 0):.0f} s)."
     )
@@ -90,9 +105,20 @@ def write_markdown(records, meta, out_dir):
         "run fails is not applicable. Fallback ops ran through the copy-to-CPU path during forward and "
         "generation; sync ops ran on the synchronous path during a second, warm generation.",
         "",
-        "Generation passes `disable_compile=True`: the generation stages measure eager decoding. On a "
-        "`neuron` model Transformers would otherwise `torch.compile` static-cache decoding with the Dynamo "
-        "backend `\"neuron\"` (docs/compile.md); that path is not a stage of this report yet.",
+        "The eager generation stages pass `disable_compile=True`: on a `neuron` model Transformers would "
+        "otherwise `torch.compile` static-cache decoding with the Dynamo backend `\"neuron\"` (docs/compile.md). "
+        "Two stages run under `torch.compile`, each from a clean Dynamo (`torch._dynamo.reset()`) and no "
+        "compile records, with Dynamo's recompile limit made an error: `compiled_forward` "
+        "(`torch.compile(model, backend=\"neuron\")` logits vs CPU's eager logits, float32 tolerances) and "
+        f"`compiled_generate` (two greedy `generate(..., cache_implementation=\"static\")` calls of "
+        f"{meta.get('new_tokens')} tokens without `disable_compile`, prompts of {COMPILED_PROMPT_LEN} tokens, "
+        "shorter than the sliding window: Transformers auto-compiles the decode step with backend "
+        "`\"neuron\"`; it fails if `torchneuron.compile_metrics()` stays empty, if tokens differ from CPU's "
+        "eager tokens, or if the second call, with another prompt of the same length, compiles anything; "
+        "not applicable where there is no static cache or the model's forward takes no cache at all). "
+        "The compiles column counts `compile_metrics()` records: compiled_forward's, then the first "
+        "generate()'s with its recompilations (records with a `recompile_reason`) in parentheses, then the "
+        "second generate()'s.",
         "",
         "| stage | pass | fail | n/a | not run |",
         "| --- | --- | --- | --- | --- |",
@@ -104,8 +130,8 @@ def write_markdown(records, meta, out_dir):
     lines += [
         "",
         "| model_type | result | first failure | " + " | ".join(STAGES)
-        + " | fallback ops | sync ops (warm) | notes | wall s | peak MiB | error |",
-        "| --- | --- | --- | " + " | ".join("---" for _ in STAGES) + " | --- | --- | --- | --- | --- | --- |",
+        + " | fallback ops | sync ops (warm) | compiles | notes | wall s | peak MiB | error |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in STAGES) + " | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in records:
         stages = r.get("stages", {})
@@ -117,6 +143,7 @@ def write_markdown(records, meta, out_dir):
             "| " + " | ".join([
                 _cell(r.get("model_type")), "pass" if r.get("passed") else "FAIL",
                 "" if r.get("passed") else _cell(r.get("stage")), *marks, _cell(fallback, 120), _cell(sync, 160),
+                compiles_cell(stages),
                 _cell("; ".join(r.get("notes") or []), 160),
                 "" if wall is None else f"{wall:.1f}", _mib(r.get("peak_device_memory_bytes")),
                 _cell(r.get("error", ""), 200),

@@ -5,6 +5,9 @@ device, and compares the two (the stages are in model_stages and
 generation_stages). A stage whose CPU reference fails is a failure of the setup,
 not of the device, and says so ("cpu reference: ..."), except generate_static and
 the stages after backward, which then become not applicable.
+
+`stages` chooses which stages run (all by default); the build and `to_device`
+always run, and an unchosen stage stays "not run".
 """
 import copy
 import gc
@@ -18,6 +21,11 @@ import torch
 from .common import (
     STAGES, NotApplicable, StageTimeout, compare_logits, compare_tokens, drain, make_inputs, make_padded_inputs,
     ops_delta, ops_snapshot, path_totals, short_error, sync_device, time_limit,
+)
+from .compile_stages import (
+    compare_compiled_forward, compare_compiled_generate, compiled_generate_not_applicable, compiled_generate_prompts,
+    fresh_compile_state,
+    stage_compiled_forward, stage_compiled_generate, stage_compiled_generate_reference,
 )
 from .generation_stages import (
     compare_padded, compare_sample, compare_sdpa_eager, compare_texts, stage_generate, stage_padded,
@@ -42,8 +50,9 @@ class Recorder:
     """The record of one architecture, written to `path` after every stage so that
     the parent process knows how far a worker that hung or crashed got."""
 
-    def __init__(self, row, path=None, progress=None):
+    def __init__(self, row, path=None, progress=None, stages=None):
         self.path = path
+        self.selected = set(STAGES if stages is None else stages)
         self.progress = progress or (lambda msg: None)
         self.record = dict(
             model_type=row["model_type"], causal_lm_class=row["causal_lm_class"], config_class=row["config_class"],
@@ -71,7 +80,10 @@ class Recorder:
 def run_stage(rec, name, cpu_fn, dev_fn, compare, device, timeout, na_on_cpu_error=False,
               not_applicable=None):
     """Runs one stage; fills rec.record['stages'][name]. Returns the device result or None.
-    With a not_applicable reason the stage is recorded as n/a without running."""
+    With a not_applicable reason the stage is recorded as n/a without running; a stage
+    that was not chosen stays "not run"."""
+    if name not in rec.selected:
+        return None
     rec.start(name)
     if not_applicable:
         rec.record["stages"][name] = {"status": "n/a", "reason": not_applicable}
@@ -150,6 +162,30 @@ def run_extra_stages(rec, cpu_model, dev_model, device, timeout):
     )
 
 
+def run_compiled_stages(rec, cpu_model, dev_model, ids, mask, device, timeout):
+    """compiled_forward and compiled_generate; the compile counts are recorded pass or fail."""
+    stages = rec.record["stages"]
+    counts = {}
+    run_stage(
+        rec, "compiled_forward", lambda: stage_forward(cpu_model, ids, mask),
+        lambda: stage_compiled_forward(dev_model, ids.to(device), mask.to(device), counts),
+        compare_compiled_forward(counts), device, timeout,
+    )
+    stages["compiled_forward"].update(counts)
+    counts = {}
+    prompts = compiled_generate_prompts()
+    run_stage(
+        rec, "compiled_generate", lambda: stage_compiled_generate_reference(cpu_model, prompts),
+        lambda: stage_compiled_generate(dev_model, prompts, counts), compare_compiled_generate(counts), device,
+        timeout, na_on_cpu_error=True,
+        not_applicable=static_not_applicable(cpu_model) or compiled_generate_not_applicable(cpu_model),
+    )
+    stages["compiled_generate"].update(counts)
+    if rec.selected & {"compiled_forward", "compiled_generate"}:
+        fresh_compile_state()  # frees the compiled graphs (and their references to the model)
+        rec.save()
+
+
 def notes(stages):
     """What passing stages found worth knowing (informational, never a failure)."""
     out = []
@@ -162,9 +198,10 @@ def notes(stages):
     return out
 
 
-def run_architecture(row, device="neuron", stage_timeout=300.0, result_path=None, progress=None):
-    """Runs every stage for one row of the architecture list; returns its record."""
-    rec = Recorder(row, result_path, progress)
+def run_architecture(row, device="neuron", stage_timeout=300.0, result_path=None, progress=None, stages=None):
+    """Runs the stages (all, or those named in `stages`) for one row of the architecture
+    list; returns its record."""
+    rec = Recorder(row, result_path, progress, stages)
     r = rec.record
     t_start = time.perf_counter()
     on_neuron = device.startswith("neuron")
@@ -249,6 +286,8 @@ def run_architecture(row, device="neuron", stage_timeout=300.0, result_path=None
     run_extra_stages(rec, cpu_model, dev_model, device, stage_timeout)
     if on_neuron:
         r["fallback_ops"] = sorted(set(r["fallback_ops"]) | set(ops_delta(snap2, ops_snapshot(), "cpu_copy")))
+    run_compiled_stages(rec, cpu_model, dev_model, ids, mask, device, stage_timeout)
+    if on_neuron:
         r["peak_device_memory_bytes"] = int(torch.neuron.max_memory_allocated())
     r["notes"] = notes(r["stages"])
 

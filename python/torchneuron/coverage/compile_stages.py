@@ -1,0 +1,135 @@
+"""compiled_forward and compiled_generate: the model under `torch.compile` with the
+Dynamo backend "neuron", compared with CPU's eager results.
+
+Each stage starts from a clean Dynamo (`torch._dynamo.reset()`) and no compile
+records (`torchneuron.reset_compile_metrics()`), so the counts it records belong to
+this architecture and this stage. Dynamo's recompile limit is made an error
+(`fail_on_recompile_limit_hit`): past it Dynamo would otherwise run the frame
+eagerly without a word, and the stage would pass without compiling.
+"""
+import inspect
+
+import torch
+
+from .common import compare_logits, compare_tokens, make_inputs
+from .generation_stages import stage_generate
+from .model_stages import stage_forward
+
+SECOND_PROMPT_SEED = 2  # another prompt of the same shape
+# Shorter than the tiny configs' sliding window (8): decoding first fills a
+# sliding-window cache, then slides, two regimes that must each compile once.
+PROMPT_LEN = 5
+
+
+def fresh_compile_state():
+    import torchneuron
+
+    torch._dynamo.reset()
+    torchneuron.reset_compile_metrics()
+
+
+def compile_counts(records):
+    """(compilations, recompilations, recompile reasons) of compile_metrics() records."""
+    reasons = [r["recompile_reason"] for r in records if r.get("recompile_reason")]
+    return len(records), len(reasons), reasons
+
+
+def stage_compiled_forward(model, ids, mask, counts):
+    """Logits of `torch.compile(model, backend="neuron")`; fills `counts` with the compilations."""
+    import torchneuron
+
+    fresh_compile_state()
+    compiled = torch.compile(model, backend="neuron")
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        logits = stage_forward(compiled, ids, mask)
+    counts["compilations"], counts["recompilations"], _ = compile_counts(torchneuron.compile_metrics())
+    return logits
+
+
+def compare_compiled_forward(counts):
+    def compare(ref, got):
+        if not counts.get("compilations"):
+            raise AssertionError('torch.compile(model, backend="neuron") compiled nothing (compile_metrics() is empty)')
+        return compare_logits(ref, got)
+
+    return compare
+
+
+def compiled_generate_not_applicable(model):
+    """A model whose forward takes no cache recomputes the whole sequence every decode
+    step: each step has a new input length, so a new graph, whatever the cache."""
+    from transformers.generation.utils import ALL_CACHE_NAMES  # past_key_values, cache_params, ...
+
+    if not set(ALL_CACHE_NAMES) & set(inspect.signature(model.forward).parameters):
+        return (f"{type(model).__name__}.forward takes no cache: every decode step reruns the whole, "
+                "longer sequence (a new graph per step)")
+    return None
+
+
+def compiled_generate_prompts():
+    """Two prompts of the same shape: the second generate() must reuse every compiled graph."""
+    return [(ids[:, :PROMPT_LEN], mask[:, :PROMPT_LEN])
+            for ids, mask in (make_inputs(), make_inputs(seed=SECOND_PROMPT_SEED))]
+
+
+def stage_compiled_generate_reference(model, prompts):
+    """CPU's eager greedy tokens with the static cache, for both prompts."""
+    return [stage_generate(model, ids, mask, True) for ids, mask in prompts]
+
+
+def stage_compiled_generate(model, prompts, counts):
+    """Greedy static-cache generate() under Transformers' auto-compile (no
+    `disable_compile`): on a neuron model it compiles the decode step with
+    `CompileConfig(backend="neuron")`. Fills `counts` per call (the first call's
+    compilations, of which recompilations; the second call's)."""
+    import torchneuron
+
+    fresh_compile_state()
+    device = model.device
+    out = []
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        for i, (ids, mask) in enumerate(prompts):
+            try:
+                tokens = stage_generate(model, ids.to(device), mask.to(device), True, disable_compile=False)
+            except torch._dynamo.exc.FailOnRecompileLimitHit as e:
+                # Which guard kept failing: the last recompilation's reason.
+                n, r, reasons = compile_counts(torchneuron.compile_metrics())
+                counts.update(compilations=n, recompilations=r, recompile_reasons=reasons)
+                last = reasons[-1] if reasons else "no recompile reason recorded"
+                raise AssertionError(f"generate() call {i + 1} hit Dynamo's recompile limit after {n} compilations; "
+                                     f"last recompile reason: {last}") from e
+            out.append(tokens.cpu())
+            records = torchneuron.compile_metrics()
+            if i == 0:
+                counts["compilations"], counts["recompilations"], counts["recompile_reasons"] = compile_counts(records)
+                first = len(records)
+            else:
+                counts["second_call_compilations"] = len(records) - first
+                counts["second_call_recompile_reasons"] = compile_counts(records[first:])[2]
+    compile_config = getattr(model, "_last_compile_config", None)
+    counts["compile_backend"] = getattr(compile_config, "backend", None)
+    return out
+
+
+def compare_compiled_generate(counts):
+    """The decode step was compiled in the first call, tokens equal CPU's for both
+    prompts, and the second call compiled nothing."""
+    def compare(ref, got):
+        if not counts.get("compilations"):
+            backend = counts.get("compile_backend")
+            why = (f"get_compiled_call used backend {backend!r}" if backend else
+                   "Transformers did not call get_compiled_call")
+            raise AssertionError(f"generate() did not auto-compile: compile_metrics() is empty ({why})")
+        for i, (r, g) in enumerate(zip(ref, got)):
+            try:
+                compare_tokens(r, g)
+            except AssertionError as e:
+                raise AssertionError(f"generate() call {i + 1}: {e}") from None
+        again = counts.get("second_call_compilations", 0)
+        if again:
+            reasons = "; ".join(counts.get("second_call_recompile_reasons") or []) or "no recompile reason recorded"
+            raise AssertionError(f"the second generate() with a prompt of the same length compiled {again} more "
+                                 f"graph(s): {reasons}")
+        return 0.0
+
+    return compare
