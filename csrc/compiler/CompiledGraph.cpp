@@ -104,7 +104,9 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
     storages->input_offsets.push_back(t.storage_offset());
   }
   for (int64_t bytes : p.output_storage_bytes) storages->outputs.push_back(device_storage(device, static_cast<size_t>(bytes)));
-  if (p.arena_bytes > 0) storages->arena = device_storage(device, static_cast<size_t>(p.arena_bytes));
+  // Always a storage, also of 0 bytes: zero-size intermediates are arena
+  // values too, and an extern call builds tensors over them.
+  storages->arena = device_storage(device, static_cast<size_t>(p.arena_bytes));
 
   std::vector<at::Tensor> outputs;
   outputs.reserve(p.outputs.size());

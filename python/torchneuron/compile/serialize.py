@@ -73,6 +73,10 @@ class _Writer:
             raise Unsupported(f"node {node.name}: dtype {t.dtype}")
         if t.layout != torch.strided:
             raise Unsupported(f"node {node.name}: layout {t.layout}")
+        if t.is_conj() or t.is_neg():
+            # A lazy conjugate or negation is a flag of the tensor, not of its
+            # layout: the program's values carry no such flag.
+            raise Unsupported(f"node {node.name}: a {'conjugate' if t.is_conj() else 'negative'} view")
         sizes = _static(t.shape, "sizes", node)
         strides = _static(t.stride(), "strides", node)
         offset = _static([t.storage_offset()], "storage offset", node)[0]
