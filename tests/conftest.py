@@ -7,6 +7,12 @@ import json
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Compiled programs go to a cache of this run only: a user's cache (or an
+# earlier run's) would turn the tests' compilations into cache hits.
+if "TORCHNEURON_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["TORCHNEURON_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchneuron-test-cache-")
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402

@@ -20,6 +20,7 @@ import torch._dynamo
 
 import torchneuron
 from torchneuron.compile.backend import NeuronCompileError
+from torchneuron.compile.executor import clear_programs
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -31,6 +32,7 @@ def fresh_dynamo():
     count as recompilations here) and with no compile records."""
     torch._dynamo.reset()
     torchneuron.reset_compile_metrics()
+    clear_programs()
     yield
     torch._dynamo.reset()
 
@@ -416,12 +418,14 @@ def test_modes_are_accepted(mode):
     assert records()[-1]["mode"] == mode
 
 
-def test_compile_metrics_record(tmp_path):
+def test_compile_metrics_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_CACHE_DIR", str(tmp_path / "cache"))  # nothing cached yet
     model, _ = pair(Block)
     compiled = torch.compile(model, backend="neuron", options={"debug_dir": str(tmp_path)})
     compiled(torch.randint(0, 16, (2, 3), device="neuron")).sum().backward()
     (record,) = records()
     assert record["graph_id"] >= 0 and record["compile_id"] == "0/0"
+    # The fixture forgot this process's programs, and the disk cache is empty.
     assert record["cache"] == "miss" and record["executor"] == "compiler" and record["fallback"] is None
     for kind in ("forward", "backward"):
         counts = record["nodes"][kind]

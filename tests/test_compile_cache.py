@@ -139,3 +139,47 @@ def test_save_cache_artifacts_carries_entries_to_another_process(tmp_path):
                                 capture_output=True, text=True, timeout=240)
         assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("loaded")
+
+
+def test_a_second_process_hits_the_cache_and_a_corrupt_entry_is_rebuilt(tmp_path):
+    """The same compiled MLP in three fresh processes sharing one cache folder:
+    the first compiles and stores its programs, the second loads them (equal
+    outputs), the third finds every entry corrupted and compiles again."""
+    script = textwrap.dedent("""
+        import sys, warnings, torch, torchneuron
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).to("neuron")
+        x = torch.randn(3, 8).to("neuron")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = torch.compile(model, backend="neuron")(x)
+            y.sum().backward()
+        records = torchneuron.compile_metrics()
+        states = [p["cache"] for r in records for p in r["programs"].values()]
+        print(",".join(states), float(y.sum()), float(model[0].weight.grad.sum()),
+              sum("bad entry" in str(w.message) for w in caught))
+    """)
+    env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]))
+
+    def run():
+        r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, r.stderr[-3000:]
+        states, out, grad, bad = r.stdout.split()
+        return states.split(","), float(out), float(grad), int(bad)
+
+    first = run()
+    assert first[0] == ["miss", "miss"] and first[3] == 0, first  # forward and backward programs
+    entries = list((tmp_path / "cache").rglob("*.prog"))
+    assert len(entries) == 2, entries
+    second = run()
+    assert second[0] == ["hit", "hit"], second
+    assert second[1:3] == first[1:3], "a program from the cache computes something else"
+    for entry in entries:
+        data = bytearray(entry.read_bytes())
+        data[-1] ^= 0xFF
+        entry.write_bytes(bytes(data))
+    third = run()
+    assert third[0] == ["miss", "miss"] and third[3] == 2, third
+    assert third[1:3] == first[1:3]
+    assert len(list((tmp_path / "cache").rglob("*.prog"))) == 2, "the bad entries were not rebuilt"

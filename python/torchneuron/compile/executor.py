@@ -44,17 +44,17 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dic
     except serialize.Unsupported as why:
         metrics.note_program(record, info.kind, {"executor": "eager", "reason": str(why.args[0])})
         return _eager(gm, info)
-    from torchneuron import _C
-
     label = f"graph {info.graph_id} ({info.kind})"
-    compiled = _C._compile_graph(text, label)
+    compiled, cache_state = _program(text, info, label)
     report = compiled.report
     metrics.note_program(record, info.kind, {
-        "executor": "compiler", "reason": None,
+        "executor": "compiler", "reason": None, "cache": cache_state,
         "native_kernels": report["native_kernels"], "fused_groups": report["fused_groups"],
         "fused_nodes": report["fused_nodes"], "extern": report["extern"],
         "arena_bytes": report["arena_bytes"], "output_bytes": report["output_bytes"],
     }, {f"{phase}_{info.kind}": ms for phase, ms in report["times_ms"].items()})
+    states = {p["cache"] for p in record.get("programs", {}).values() if p.get("executor") == "compiler"}
+    record["cache"] = states.pop() if len(states) == 1 else "partial"
     from . import debug
 
     debug.dump_text(info.debug_dir, record, f"graph_{info.kind}.neurongraph", text)
@@ -72,6 +72,43 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dic
     run._boxed_call = True
     run.compiled_graph = compiled
     return run
+
+
+# Programs of this process by key: a graph compiled again (after
+# torch._dynamo.reset(), or the same layer in another frame) is not reloaded.
+_programs: dict = {}
+
+
+def clear_programs() -> None:
+    """Forgets this process's programs (the disk cache stays)."""
+    _programs.clear()
+
+
+def _program(text: str, info: GraphInfo, label: str):
+    """(compiled graph, "memory" | "hit" | "miss"): from this process, from the
+    disk cache (cache.py), or compiled now and stored there."""
+    from torchneuron import _C
+
+    from . import cache
+
+    key = cache.program_key(text.encode(), {"mode": info.mode})
+    compiled = _programs.get(key)
+    if compiled is not None:
+        return compiled, "memory"
+    payload, _ = cache.load(key)
+    state = "miss"
+    if payload is not None:
+        try:
+            compiled, state = _C._load_compiled_graph(payload, label), "hit"
+        except Exception as exc:  # noqa: BLE001 - a bad entry is rebuilt, never fatal
+            import warnings
+
+            warnings.warn(f"[neuron] compile cache: entry {key[:16]} does not load ({exc}); compiling again")
+    if compiled is None:
+        compiled = _C._compile_graph(text, label)
+        cache.store(key, compiled.serialize())
+    _programs[key] = compiled
+    return compiled, state
 
 
 def _eager(gm, info):

@@ -31,7 +31,8 @@ def new_record(gm, mode: str, executor: str) -> dict:
             # fused nodes and memory plan.
             "programs": {},
             "times_ms": {"dynamo": _dynamo_ms()},
-            # No program cache yet (it comes with the graph compiler): every compilation is a miss.
+            # "miss" (compiled), "hit" (the disk cache), "memory" (compiled earlier in this
+            # process) or "partial" (forward and backward differ); set by the executor.
             "cache": "miss",
             "recompile_reason": _recompile_reason(),
             "fallback": None,
