@@ -12,6 +12,10 @@ export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 # The precompiled header is safe to cache across builds of the same tree.
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+# Paths relative to the checkout, so a fresh clone elsewhere (CI) hits the
+# cache of an earlier one; debug info may then name the other clone's folder.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 

@@ -121,16 +121,29 @@ def trainable(model):
 
 
 def assert_same_updates(dev_updates, cpu_updates, min_cosine=0.98):
-    """AdamW's first steps move each weight by about +-lr, with the sign of its
-    gradient; where a gradient is near zero, rounding (bf16's much more than
-    float32's) flips the sign. So the updates are compared as directions
-    (cosine), not element by element."""
+    """AdamW normalizes each gradient by its own running magnitude: an element
+    whose gradient keeps its sign moves by about the whole learning rate each
+    step, one whose gradient is at rounding level moves erratically and its
+    direction is decided by rounding (bf16's much more than float32's, and
+    differently on CPUs whose GEMMs round differently: AVX-512 with BF16 or
+    not). So each tensor's updates are compared as directions (cosine) over
+    the elements CPU moved by at least a quarter of the tensor's largest
+    update; those must be most of the elements it moved at all (embedding rows
+    of tokens no batch had stay put), so nothing broken can hide in the
+    rest."""
     assert dev_updates.keys() == cpu_updates.keys()
     for name, cpu in cpu_updates.items():
-        dev = dev_updates[name]
+        dev = dev_updates[name].flatten()
+        cpu = cpu.flatten()
         assert cpu.abs().max() > 0, name
-        cosine = torch.nn.functional.cosine_similarity(dev.flatten(), cpu.flatten(), dim=0)
-        assert cosine > min_cosine, f"{name}: updates on neuron and CPU have cosine {cosine:.4f}"
+        settled = cpu.abs() >= 0.25 * cpu.abs().max()
+        moved = int((cpu != 0).sum())
+        assert settled.sum() >= 0.5 * moved, (
+            f"{name}: CPU moved only {int(settled.sum())} of the {moved} elements it moved decidedly")
+        cosine = torch.nn.functional.cosine_similarity(dev[settled], cpu[settled], dim=0)
+        assert cosine > min_cosine, (
+            f"{name}: updates on neuron and CPU have cosine {cosine:.4f} over the "
+            f"{int(settled.sum())} of {cpu.numel()} elements CPU moved decidedly")
 
 
 def assert_sft_matches_cpu(tmp_path, dataset, **config):
