@@ -14,14 +14,12 @@ back to back and the stream synchronized. On a shared machine, --rounds R
 measures each device R times, alternating fresh processes, and keeps each
 case's fastest round (the one least disturbed by other load).
 """
-import argparse
-import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-from fresh_process import device_and_reps_main, measure_in_fresh_process
+from fresh_process import device_and_reps_main
 
 CASES = [
     # name, dtype, B, L, S, filled, causal, backward
@@ -83,20 +81,10 @@ def measure(device, reps):
 
 
 def main():
-    # --rounds is ours; the rest of the command line is fresh_process's.
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--rounds", type=int, default=1)
-    ours, rest = pre.parse_known_args()
-    sys.argv[1:] = rest
     result = device_and_reps_main(__doc__, 10, measure)
     if result is None:
         return
     cpu, neuron, reps = result
-    for _ in range(ours.rounds - 1):
-        cpu = [min(a, b) for a, b in zip(cpu, measure_in_fresh_process(__file__, "cpu", reps))]
-        neuron = [min(a, b) for a, b in zip(neuron, measure_in_fresh_process(__file__, "neuron", reps))]
-    if ours.rounds > 1:
-        print(f"fastest of {ours.rounds} rounds per case and device")
     print(f"{'case':<28}{'dtype':<10}{'cpu ms':>10}{'neuron ms':>11}{'neuron GFLOP/s':>16}{'ratio':>8}")
     for (name, dtype, B, L, S, filled, causal, grad), c, n in zip(CASES, cpu, neuron):
         work = flops(B, L, S, filled, causal) * (3.5 if grad else 1.0)  # backward ~2.5x forward

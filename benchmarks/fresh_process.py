@@ -40,16 +40,28 @@ def isa_line():
             f"{torch.backends.cpu.get_cpu_capability()}, oneDNN {onednn}, MKL {mkl}")
 
 
+def fastest(a, b):
+    """Per-case minimum of two rounds' figures (lists or dicts of seconds)."""
+    if isinstance(a, dict):
+        return {k: min(v, b[k]) for k, v in a.items()}
+    return [min(x, y) for x, y in zip(a, b)]
+
+
 def device_and_reps_main(doc, default_reps, measure):
     """The command line shared by benchmarks whose figures depend only on a
     device and a repeat count: with --child DEVICE REPS (internal) prints
     measure(DEVICE, REPS) as JSON and returns None; otherwise returns
-    (cpu, neuron, reps), each device's figures from its own fresh process."""
+    (cpu, neuron, reps), each device's figures from its own fresh process.
+    On a shared machine, --rounds R measures each device R times, alternating
+    fresh processes, and keeps each case's fastest round (the one least
+    disturbed by other load)."""
     import argparse
     import inspect
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--reps", type=int, default=default_reps)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure each device this many times and keep each case's fastest")
     parser.add_argument("--child", nargs=2, metavar=("DEVICE", "REPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -61,5 +73,11 @@ def device_and_reps_main(doc, default_reps, measure):
           "each device measured in its own process", flush=True)
     print(isa_line(), flush=True)
     script = inspect.getmodule(measure).__file__
-    return (measure_in_fresh_process(script, "cpu", args.reps),
-            measure_in_fresh_process(script, "neuron", args.reps), args.reps)
+    cpu = measure_in_fresh_process(script, "cpu", args.reps)
+    neuron = measure_in_fresh_process(script, "neuron", args.reps)
+    for _ in range(args.rounds - 1):
+        cpu = fastest(cpu, measure_in_fresh_process(script, "cpu", args.reps))
+        neuron = fastest(neuron, measure_in_fresh_process(script, "neuron", args.reps))
+    if args.rounds > 1:
+        print(f"fastest of {args.rounds} rounds per case and device", flush=True)
+    return cpu, neuron, args.reps

@@ -2,7 +2,7 @@
 projections) on `neuron` (the skinny-matmul kernel, kernels/) against PyTorch
 CPU eager (oneDNN/MKL GEMM).
 
-    python benchmarks/linear.py [--reps N]
+    python benchmarks/linear.py [--reps N] [--rounds R]
 
 Shapes of a ~100M Llama-style model (hidden 768, MLP 2048, vocabulary 16000)
 with 1 to 16 rows (the kernel's range), float32, bfloat16 and float16.

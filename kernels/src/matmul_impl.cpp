@@ -52,9 +52,23 @@ constexpr int kWideMaxRows = 4;
 // and one of x. One row: 8 columns at once, whose 8 streams from memory came
 // nearer the bandwidth than 3 (17 against 14 GB/s); two rows: 2 x 6.
 constexpr NtShape kNtShape = {4, 3};
-constexpr NtShape kNtShape1 = {1, 8};
-constexpr NtShape kNtShape2 = {2, 6};
 #endif
+
+// "nt" with up to this many rows streams w column by column. Reading one
+// column after another keeps each thread on one sequential stream, which the
+// hardware prefetchers serve at the memory's bandwidth; tiles interleaving 3
+// to 8 columns (several streams, software prefetch) reached about half of it
+// on AMD Zen 3 and Zen 4, for 16-bit weights a third. With more rows the
+// products, not the memory, bound the time, and the tiles' reuse of each x
+// vector over several columns wins. Each row's product converts the column
+// again (from L1), which costs bfloat16 two instructions per vector: measured
+// on Zen 4 at AVX-512 and AVX2, streaming won at 3 and 4 rows by 20-50% for
+// float32 and float16 and lost by up to 40% for bfloat16; at 5 and 8 rows the
+// tiles won for every type.
+template <DType D>
+constexpr int64_t stream_max_rows() {
+  return D == DType::kBFloat16 ? 2 : 4;
+}
 // "nn": output columns per tile on AVX-512; the unit of columns threads split.
 constexpr int kWideVecs = 4;
 constexpr int kWideCols = kWideVecs * kLanes;
@@ -136,6 +150,45 @@ void nt_tile(const Problem& pr, int64_t m0, int64_t n0, int64_t nend) {
       float s = sums[i * NC + j];
       for (int64_t kk = k; kk < K; ++kk) s += xr[i][kk] * E::load(wr[j] + kk);
       store_out<D>(pr, m0 + i, n0 + j, s);
+    }
+  }
+}
+
+// One row of x (float32) times one column of w, as a vector of partial sums
+// over the first kv elements (a multiple of kLanes): two accumulators, so
+// consecutive multiply-adds do not wait on each other.
+template <DType D>
+inline vecf column_dot(const float* x, const typename Elem<D>::Storage* w, int64_t kv) {
+  using E = Elem<D>;
+  vecf a0{}, a1{};
+  int64_t k = 0;
+  for (; k + 2 * kLanes <= kv; k += 2 * kLanes) {
+    a0 += load_f32x(x + k) * E::load_vec(w + k);
+    a1 += load_f32x(x + k + kLanes) * E::load_vec(w + k + kLanes);
+  }
+  if (k < kv) a0 += load_f32x(x + k) * E::load_vec(w + k);
+  return a0 + a1;
+}
+
+// "nt", columns n0 .. n1, every row (M <= stream_max_rows): each column is
+// read from memory once, by the first row's dot product, and stays in L1 for
+// the others; the rows' lane sums are folded together.
+template <DType D>
+void nt_stream(const Problem& pr, int64_t n0, int64_t n1) {
+  using E = Elem<D>;
+  static_assert(stream_max_rows<D>() <= 4, "lane_sums4 folds four rows");
+  const int64_t K = pr.K, kv = K / kLanes * kLanes, ld = pr.p.w.col_stride;
+  const auto* w = as<D>(pr.p.w.data);
+  for (int64_t n = n0; n < n1; ++n) {
+    const auto* wc = w + n * ld;
+    vecf part[4] = {};
+    for (int64_t m = 0; m < pr.M; ++m) part[m] = column_dot<D>(pr.xf + m * K, wc, kv);
+    float sums[4];
+    lane_sums4(part, sums);
+    for (int64_t m = 0; m < pr.M; ++m) {
+      float s = sums[m];
+      for (int64_t k = kv; k < K; ++k) s += pr.xf[m * K + k] * E::load(wc + k);
+      store_out<D>(pr, m, n, s);
     }
   }
 }
@@ -336,10 +389,9 @@ void run_nn(const Problem& pr, const ParallelFor& parallel_for) {
 template <DType D>
 void run(const Problem& pr, const ParallelFor& parallel_for) {
   if (pr.p.w.row_stride != 1) return run_nn<D>(pr, parallel_for);
-#if NK_VEC_LANES != 16
-  if (pr.M == 1) return run_nt<D, kNtShape1>(pr, parallel_for);
-  if (pr.M == 2) return run_nt<D, kNtShape2>(pr, parallel_for);
-#endif
+  if (pr.M <= stream_max_rows<D>()) {
+    return parallel_for(pr.N, [&](int64_t begin, int64_t end) { nt_stream<D>(pr, begin, end); });
+  }
   run_nt<D, kNtShape>(pr, parallel_for);
 }
 
