@@ -42,6 +42,17 @@ def operands(M, K, N, dtype, seed=0):
     return x, w, b
 
 
+def aten_has_bandwidth_gemv(dtype):
+    """ATen multiplies one 16-bit row by an nn.Linear weight with its own
+    gemv (a dot product per output, at memory bandwidth like the kernel)
+    unless oneDNN takes the product; the device then hands the case to ATen."""
+    if dtype == torch.float32:
+        return False
+    supported = (torch.ops.mkldnn._is_mkldnn_bf16_supported() if dtype == torch.bfloat16
+                 else torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    return not (torch.backends.mkldnn.enabled and supported)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M", [1, 2, 5, 8, 16])
 def test_linear_runs_the_kernel_and_matches_cpu(M, dtype):
@@ -49,7 +60,30 @@ def test_linear_runs_the_kernel_and_matches_cpu(M, dtype):
     torchneuron.reset_executed_ops()
     check(F.linear, x, w, b)
     check(F.linear, x, w)
-    assert kernel_runs("aten::addmm") == 1 and kernel_runs("aten::mm") == 1, torchneuron.executed_ops()
+    runs = 0 if M == 1 and aten_has_bandwidth_gemv(dtype) else 1
+    assert kernel_runs("aten::addmm") == runs and kernel_runs("aten::mm") == runs, torchneuron.executed_ops()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("onednn", [True, False])
+def test_one_16bit_row_goes_to_aten_where_its_gemv_is_as_fast(dtype, onednn):
+    """With oneDNN off, ATen's gemv takes every 16-bit row, so the device
+    does too; row-major weights (no such gemv in ATen) keep the kernel."""
+    x, w, b = operands(1, 200, 70, dtype)
+    was = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = onednn  # (flags() would also set TF32 and warn)
+    try:
+        torchneuron.reset_executed_ops()
+        check(F.linear, x, w, b)
+        expected = 0 if aten_has_bandwidth_gemv(dtype) else 1
+        assert kernel_runs("aten::addmm") == expected, torchneuron.executed_ops()
+        if not onednn:
+            assert expected == 0
+        torchneuron.reset_executed_ops()
+        check(torch.mm, x, w.t().contiguous())
+        assert kernel_runs("aten::mm") == 1, torchneuron.executed_ops()
+    finally:
+        torch.backends.mkldnn.enabled = was
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
