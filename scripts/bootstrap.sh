@@ -17,7 +17,7 @@ export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 
-step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+step() { printf '\n\033[1m==> [%d:%02d] %s\033[0m\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }  # [minutes:seconds since the start]
 
 # 1. Debian packages: compiler, CMake, Ninja, ccache, GoogleTest.
 need=()
