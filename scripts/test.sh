@@ -40,9 +40,13 @@ python3 "$ROOT/kernels/tools/check_isa_leaks.py" "$ROOT"/build/runtime*/neuronrt
   "$ROOT"/build/kernels*/neuronkernels_tests "$ROOT"/build/compiler*/neuroncompiler_tests \
   "$ROOT"/build/collectives*/neuroncoll_tests
 
-step "Python tests (pytest tests/)"
+# pytest-xdist runs the suite in TORCHNEURON_TEST_WORKERS processes (0: in
+# this one); tests/conftest.py keeps each file's tests in one worker, except
+# the conformance suites', which spread test by test.
+WORKERS="${TORCHNEURON_TEST_WORKERS:-2}"
+step "Python tests (pytest tests/, $WORKERS workers)"
 cd "$ROOT"
-"$PY" -m pytest tests/ --durations=25 "$@"
+"$PY" -m pytest tests/ -n "$WORKERS" --dist loadgroup --durations=25 "$@"
 
 # The kernels' Python tests at every lower level (TORCHNEURON_ISA forces it),
 # unless pytest was given its own arguments.

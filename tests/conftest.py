@@ -7,12 +7,14 @@ import json
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
-# Compiled programs go to a cache of this run only: a user's cache (or an
-# earlier run's) would turn the tests' compilations into cache hits.
-if "TORCHNEURON_CACHE_DIR" not in os.environ:
+# Compiled programs go to a cache of this process only: a user's cache (or an
+# earlier run's, or another pytest-xdist worker's) would turn the tests'
+# compilations into cache hits. A directory the user set is kept.
+if "TORCHNEURON_CACHE_DIR" not in os.environ or os.environ.get("TORCHNEURON_TEST_OWN_CACHE"):
     import tempfile
 
     os.environ["TORCHNEURON_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchneuron-test-cache-")
+    os.environ["TORCHNEURON_TEST_OWN_CACHE"] = "1"
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -22,7 +24,24 @@ import warnings  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+import summaries  # noqa: E402
+
 DEVICE = "neuron"
+# Files whose tests pytest-xdist may spread over its workers one by one (each
+# test stands alone); every other file's tests stay together in one worker
+# (`--dist loadgroup`), since they share module fixtures and some check
+# process-wide state before and after.
+SPREAD_FILES = {"test_opinfo.py", "test_module_db.py"}
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(summaries.Plugin(), "conformance-summaries")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name not in SPREAD_FILES:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
 
 # Variables that change the device's configuration: cleared for child
 # processes so that each one sees exactly the configuration its test sets.

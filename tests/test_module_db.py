@@ -102,6 +102,7 @@ from torch.nn.utils.rnn import PackedSequence
 from torch.testing._internal.common_modules import module_db
 from torch.utils._pytree import tree_map
 
+import summaries
 from conformance import (DEVICE, Copier, Excluded, Verdict, check_on_neuron, compare, drain,
                          rounding_verdict, short, sync, tensors, to_cpu, to_float64)
 
@@ -173,38 +174,16 @@ RECORD = []
 _START = time.monotonic()
 
 
-class _SummaryPlugin:
-    def pytest_terminal_summary(self, terminalreporter):
-        tr = terminalreporter
-        if not any(s["tests"] for s in STATS.values()):
-            return
-        cap = f"at most {SAMPLES} samples per test" if SAMPLES else "all samples"
-        tr.section("module_db conformance")
-        for cat, s in STATS.items():
-            if not s["tests"]:
-                continue
-            counted = s["pass"] + s["known"] + s["unexpected"]
-            pct = 100.0 * s["pass"] / counted if counted else 0.0
-            tr.write_line(
-                f"module_db {' '.join(cat)}: {s['pass']}/{counted} samples pass ({pct:.1f}%) "
-                f"[{s['tests']} tests, {cap}, {s['total']} samples in the database; "
-                f"{s['rounding']} of the passes differ from CPU as roundings of one float64 "
-                f"result; {s['known']} known failures, {s['unexpected']} unexpected failures, "
-                f"{s['xpass']} known failures now passing; not counted: {s['excluded']} "
-                f"excluded samples]")
-        tr.write_line(f"module_db wall time: {time.monotonic() - _START:.0f}s")
-        path = os.environ.get("TORCHNEURON_MODULE_DB_RECORD")
-        if path:
-            pathlib.Path(path).write_text(json.dumps(RECORD, indent=1))
-            tr.write_line(f"module_db failing samples written to {path}")
+def _summary_payload():
+    """This process's part of the end-of-run summary (summaries.py), or None."""
+    if not any(s["tests"] for s in STATS.values()):
+        return None
+    cap = f"at most {SAMPLES} samples per test" if SAMPLES else "all samples"
+    rows = [(" ".join(cat), s, cap) for cat, s in STATS.items()]  # in order, empty ones too
+    return summaries.payload(rows, RECORD, wall=time.monotonic() - _START)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _summary(request):
-    pm = request.config.pluginmanager
-    if not pm.has_plugin("module-db-summary"):
-        pm.register(_SummaryPlugin(), "module-db-summary")
-    yield
+summaries.register("module_db", _summary_payload)
 
 
 # ---- running one sample ------------------------------------------------------------

@@ -113,6 +113,7 @@ from torch.testing._internal import common_methods_invocations
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_flatten, tree_map
 
+import summaries
 from conformance import (DEVICE, Copier, Excluded, Verdict, check_on_neuron, compare, drain,
                          rounding_verdict, short, sync, tensors, to_cpu, to_float64)
 
@@ -280,48 +281,25 @@ RECORD = []
 _START = time.monotonic()
 
 
-class _SummaryPlugin:
-    def pytest_terminal_summary(self, terminalreporter):
-        tr = terminalreporter
-        if not any(s["tests"] for s in STATS.values()):
-            return
-        tr.section("opinfo conformance")
-        for cat, s in STATS.items():
-            if not s["tests"]:
-                continue
-            limit = _sample_cap(cat[0])
-            cap = f"first {limit} samples per op" if limit else "all samples"
-            if cat[0] == "compile" and COMPILE_OP_STRIDE > 1:
-                cap += f", one OpInfo in {COMPILE_OP_STRIDE}"
-            counted = s["pass"] + s["known"] + s["unexpected"]
-            pct = 100.0 * s["pass"] / counted if counted else 0.0
-            tr.write_line(
-                f"opinfo {CATEGORIES[cat]}: {s['pass']}/{counted} samples pass ({pct:.1f}%) "
-                f"[{s['tests']} ops, {cap}; {s['rounding']} of the passes differ from CPU "
-                f"as roundings of one float64 result; {s['known']} known failures, "
-                f"{s['unexpected']} unexpected failures, {s['xpass']} known failures now "
-                f"passing; not counted: {s['excluded']} excluded samples, "
-                f"{s['random_ops']} random ops]"
-            )
-        paths = {}
-        for counts in torchneuron.executed_ops().values():
-            for path, n in counts.items():
-                paths[path] = paths.get(path, 0) + 1
-        tr.write_line("opinfo aten ops that ran on neuron, by execution path: " + ", ".join(
-            f"{p} {n}" for p, n in sorted(paths.items())) + " (torchneuron.executed_ops())")
-        tr.write_line(f"opinfo wall time: {time.monotonic() - _START:.0f}s")
-        path = os.environ.get("TORCHNEURON_OPINFO_RECORD")
-        if path:
-            pathlib.Path(path).write_text(json.dumps(RECORD, indent=1))
-            tr.write_line(f"opinfo failing samples written to {path}")
+def _summary_payload():
+    """This process's part of the end-of-run summary (summaries.py), or None."""
+    if not any(s["tests"] for s in STATS.values()):
+        return None
+    rows = []  # every category, in order (summaries.py leaves out those with no tests)
+    for cat, s in STATS.items():
+        limit = _sample_cap(cat[0])
+        cap = f"first {limit} samples per op" if limit else "all samples"
+        if cat[0] == "compile" and COMPILE_OP_STRIDE > 1:
+            cap += f", one OpInfo in {COMPILE_OP_STRIDE}"
+        rows.append((CATEGORIES[cat], s, cap))
+    ops_by_path = {}
+    for op, counts in torchneuron.executed_ops().items():
+        for path in counts:
+            ops_by_path.setdefault(path, []).append(op)
+    return summaries.payload(rows, RECORD, ops_by_path, time.monotonic() - _START)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _summary(request):
-    pm = request.config.pluginmanager
-    if not pm.has_plugin("opinfo-summary"):
-        pm.register(_SummaryPlugin(), "opinfo-summary")
-    yield
+summaries.register("opinfo", _summary_payload)
 
 
 # ---- copying samples between devices -----------------------------------------------
