@@ -43,7 +43,7 @@ python3 "$ROOT/kernels/tools/check_isa_leaks.py" "$ROOT"/build/runtime*/neuronrt
 # pytest-xdist runs the suite in TORCHNEURON_TEST_WORKERS processes (0: in
 # this one); tests/conftest.py keeps each file's tests in one worker, except
 # the conformance suites', which spread test by test.
-WORKERS="${TORCHNEURON_TEST_WORKERS:-2}"
+WORKERS="${TORCHNEURON_TEST_WORKERS:-0}"
 step "Python tests (pytest tests/, $WORKERS workers)"
 cd "$ROOT"
 "$PY" -m pytest tests/ -n "$WORKERS" --dist loadgroup --durations=25 "$@"
