@@ -5,8 +5,10 @@ import re
 
 from .common import EXTRA_TOKENS, PADDED_LENGTHS, STAGES
 from .compile_stages import PROMPT_LEN as COMPILED_PROMPT_LEN
+from .outcome import CANNOT_BUILD, CPU, DEVICE, counts, outcome
 
 STATUS_MARK = {"pass": "pass", "fail": "FAIL", "n/a": "n/a", "not run": "-"}
+RESULT = {"pass": "pass", DEVICE: "FAIL", CPU: "cpu fails", CANNOT_BUILD: "not built"}
 
 
 def stage_counts(records):
@@ -82,6 +84,11 @@ def write_markdown(records, meta, out_dir):
         f"(torch {meta.get('torch')}, transformers {meta.get('transformers')}; "
         f"run took {meta.get('wall_time_s', 0):.0f} s)."
     )
+    c = counts(records)
+    if passed < n:
+        lines += ["", f"Of the {n - passed} others, {c[DEVICE]} fail on the device, {c[CPU]} fail in the CPU reference "
+                  f"(nothing to compare with: see [CPU reference fails](#cpu-reference-fails)) and {c[CANNOT_BUILD]} "
+                  "cannot be built here (a package is missing)."]
     lines += [
         "",
         "Each stage compares the device with the same model on CPU (identical weights, float32, eval mode): "
@@ -141,7 +148,7 @@ def write_markdown(records, meta, out_dir):
         wall = r.get("wall_time_s")
         lines.append(
             "| " + " | ".join([
-                _cell(r.get("model_type")), "pass" if r.get("passed") else "FAIL",
+                _cell(r.get("model_type")), RESULT[outcome(r)[0]],
                 "" if r.get("passed") else _cell(r.get("stage")), *marks, _cell(fallback, 120), _cell(sync, 160),
                 compiles_cell(stages),
                 _cell("; ".join(r.get("notes") or []), 160),
@@ -153,13 +160,18 @@ def write_markdown(records, meta, out_dir):
     for r in records:
         for s in STAGES:
             info = r.get("stages", {}).get(s, {})
-            if info.get("status") == "fail":
+            if info.get("status") == "fail" and not info.get("error", "").startswith("cpu reference:"):
                 groups.setdefault(_error_key(info.get("error", "")), {}).setdefault(r["model_type"], []).append(s)
     if groups:
         lines += ["", "## Distinct errors", ""]
         for key, models in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             where = ", ".join(f"{m} ({'/'.join(st)})" for m, st in models.items())
             lines.append(f"- {len(models)} architectures: `{_cell(key, 200)}` in {where}")
+    for kind, title in ((CPU, "CPU reference fails"), (CANNOT_BUILD, "Cannot build here")):
+        rows = [(r["model_type"], outcome(r)[1]) for r in records if outcome(r)[0] == kind]
+        if rows:
+            lines += ["", f"## {title}", ""]
+            lines += [f"- {m}: `{_cell(reason, 300)}`" for m, reason in rows]
     na = [(r["model_type"], s, r["stages"][s].get("reason", "")) for r in records
           for s in STAGES if r.get("stages", {}).get(s, {}).get("status") == "n/a"]
     if na:
