@@ -251,9 +251,11 @@ ARCH = {
     # The native (torch) chunkwise mLSTM kernel assumes query/key heads as wide as value heads
     # (the default qk_dim_factor 0.5 fails on CPU at any size).
     "xlstm": dict(qk_dim_factor=1.0),
-    # The assistant has no per-layer inputs; its text config's default 256 (and gemma4_text's
-    # tiny 8) fails the assistant's validation.
-    "gemma4_assistant": dict(text_config=dict(hidden_size_per_layer_input=0, vocab_size_per_layer_input=0)),
+    # The assistant's defaults fail its own validation: it has no per-layer inputs, and it
+    # shares every layer's keys and values (read from a target model's).
+    "gemma4_assistant": dict(text_config=dict(
+        model_type="gemma4_text", hidden_size_per_layer_input=0, vocab_size_per_layer_input=0, num_kv_shared_layers=4,
+    )),
     # The sliding-window layers take their sizes from swa_* keyword arguments that are not
     # fields (so not derived): full size by default.
     "dots3_note_text": dict(
@@ -269,9 +271,10 @@ ARCH = {
         indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=4, indexer_compress_ratio=2,
     ),
     # The stages feed one token row per sequence: one codebook (the default 4 would fold the
-    # batch of 2 into codebooks).
-    "musicgen_decoder": dict(num_codebooks=1),
-    "musicgen_melody_decoder": dict(num_codebooks=1),
+    # batch of 2 into codebooks). generate() starts each codebook's delay pattern from the
+    # decoder start token, which the checkpoints' generation configs give (there the bos token).
+    "musicgen_decoder": dict(num_codebooks=1, decoder_start_token_id=BOS),
+    "musicgen_melody_decoder": dict(num_codebooks=1, decoder_start_token_id=BOS),
 }
 
 
@@ -313,21 +316,38 @@ def tiny_kwargs(model_type, config_class, derived=None):
 def config_kwargs(model_type, config_class):
     """tiny_kwargs from the class's own defaults, with tiny sub-configs (each by the
     entry of its own model_type) and a layer of every kind of the default pattern."""
-    from transformers import AutoConfig, PretrainedConfig
+    from transformers import AutoConfig
 
     from .derive import default_config, derived_kwargs, fit_layers
 
     default = default_config(config_class)
     kwargs = tiny_kwargs(model_type, config_class, derived_kwargs(config_class, default))
     for name, declared in (getattr(config_class, "sub_configs", None) or {}).items():
-        sub = getattr(default, name, None)
-        if not isinstance(sub, PretrainedConfig) or not isinstance(kwargs.get(name, {}), dict):
+        sub_class = sub_config_class(declared, default, name, kwargs.get(name))
+        if sub_class is None or not isinstance(kwargs.get(name, {}), dict):
             continue
         # ARCH's values for a sub-config go over the sub-config's own tiny values.
-        kwargs[name] = dict(config_kwargs(type(sub).model_type, type(sub)), **kwargs.get(name, {}))
+        kwargs[name] = dict(config_kwargs(sub_class.model_type, sub_class), **kwargs.get(name, {}))
         if getattr(declared, "config_class", declared) is AutoConfig:  # the composite picks the class by this key
-            kwargs[name]["model_type"] = type(sub).model_type
+            kwargs[name]["model_type"] = sub_class.model_type
     return fit_layers(config_class, default, kwargs, lambda kw: config_class(**kw))
+
+
+def sub_config_class(declared, default, name, given=None):
+    """The class of a sub-config: that of the default's (None where the default leaves it
+    out), else, for a class without valid defaults, the declared one (a class, or a spec
+    or ARCH's values naming an AutoConfig model_type)."""
+    from transformers import AutoConfig, PretrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if default is not None:
+        sub = getattr(default, name, None)
+        return type(sub) if isinstance(sub, PretrainedConfig) else None
+    cls = getattr(declared, "config_class", declared)
+    if cls is AutoConfig:
+        model_type = getattr(declared, "model_type", None) or (given or {}).get("model_type")
+        return CONFIG_MAPPING[model_type] if model_type else None
+    return cls
 
 
 def build_config(row):
