@@ -359,3 +359,20 @@ def test_outcomes_tell_the_device_from_the_cpu_reference_and_the_environment():
     assert outcome(record("forward", "cpu reference: KeyError: 'x'"))[0] == CPU
     assert outcome(record("backward", "AssertionError: gradient of w")) == (
         DEVICE, "backward: AssertionError: gradient of w")
+
+
+def test_runs_of_different_stages_merge_into_one_record():
+    from torchneuron.coverage.common import STAGES as TOOL_STAGES
+    from torchneuron.coverage.merge import merge_record
+
+    eager = dict(model_type="llama", passed=True, stage="all", error="", fallback_ops=[], notes=[], wall_time_s=2.0,
+                 stages={s: {"status": "not run" if s in COMPILED else "pass"} for s in TOOL_STAGES})
+    compiled = dict(model_type="llama", passed=False, stage="compiled_generate", error="x", fallback_ops=["aten::a"],
+                    notes=[], wall_time_s=1.0,
+                    stages={s: {"status": "fail" if s == "compiled_generate" else "not run"} for s in TOOL_STAGES})
+    compiled["stages"]["to_device"] = {"status": "pass"}
+    compiled["stages"]["compiled_forward"] = {"status": "pass"}
+    rec = merge_record(eager, compiled)
+    assert rec["stages"]["forward"]["status"] == "pass" and rec["stages"]["compiled_forward"]["status"] == "pass"
+    assert (rec["passed"], rec["stage"], rec["fallback_ops"], rec["wall_time_s"]) == (
+        False, "compiled_generate", ["aten::a"], 3.0)

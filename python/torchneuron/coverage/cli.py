@@ -190,6 +190,8 @@ def parse_args(argv):
                    help="also every architecture of Transformers' causal-LM auto mapping")
     p.add_argument("--exclude-list", action="append", default=[],
                    help="TSV whose model_types are left out; repeatable")
+    p.add_argument("--merge", action="append", default=[],
+                   help="output directory of an earlier run: write one report of these runs to --out; repeatable")
     p.add_argument("--out", help="output directory (coverage.json, coverage.md, logs/)")
     p.add_argument("--only", default="", help="comma-separated model_types to run")
     p.add_argument("--stages", default="",
@@ -203,8 +205,8 @@ def parse_args(argv):
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if not args.worker and (not (args.list or args.all_causal_lm) or not args.out):
-        p.error("--out and --list or --all-causal-lm are required")
+    if not args.worker and (not (args.list or args.all_causal_lm or args.merge) or not args.out):
+        p.error("--out and --list, --all-causal-lm or --merge are required")
     args.stages = parse_stages(p, args.stages)
     return args
 
@@ -232,6 +234,20 @@ def worker_main(args):
     return 0
 
 
+def merge_main(args, argv):
+    from . import report
+    from .merge import merge_runs
+
+    records, meta = merge_runs(args.merge)
+    meta["merge_command"] = "python -m torchneuron.coverage " + " ".join(shlex.quote(a) for a in argv)
+    os.makedirs(args.out, exist_ok=True)
+    report.write_json(records, meta, args.out)
+    md = report.write_markdown(records, meta, args.out)
+    passed = sum(1 for r in records if r.get("passed"))
+    print(f"{passed} of {len(records)} architectures pass; report in {md}", flush=True)
+    return 0
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -240,6 +256,8 @@ def main(argv=None):
 
     from . import report
 
+    if args.merge:
+        return merge_main(args, argv)
     rows = select_rows(args)
     os.makedirs(args.out, exist_ok=True)
     log_dir = os.path.join(args.out, "logs")

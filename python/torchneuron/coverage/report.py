@@ -39,7 +39,7 @@ def write_json(records, meta, out_dir):
 
 
 def _cell(text, limit=None):
-    text = str(text).replace("|", "\\|").replace("\n", " ")
+    text = str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
     if limit and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
@@ -82,7 +82,7 @@ def write_markdown(records, meta, out_dir):
     lines.append(
         f"{passed} of {n} architectures pass {which} on `{meta.get('device')}` "
         f"(torch {meta.get('torch')}, transformers {meta.get('transformers')}; "
-        f"run took {meta.get('wall_time_s', 0):.0f} s)."
+        f"{'runs' if meta.get('merged') else 'run'} took {meta.get('wall_time_s', 0):.0f} s)."
     )
     c = counts(records)
     if passed < n:
@@ -177,10 +177,13 @@ def write_markdown(records, meta, out_dir):
     if na:
         lines += ["", "## Not applicable", ""]
         lines += [f"- {m} `{s}`: {_cell(reason, 300)}" for m, s, reason in na]
-    lines += ["", f"Produced by `{meta.get('command', '')}` (from the repository root, with "
+    if meta.get("merged"):
+        produced = f"Merged by `{meta.get('merge_command', '')}` from the runs {meta.get('command', '')}"
+    else:
+        produced = f"Produced by `{meta.get('command', '')}`"
+    lines += ["", f"{produced} (from the repository root, with "
               "`HF_HUB_OFFLINE=1`). The project's copy is docs/coverage.md: copy DIR/coverage.md "
-              "there after a run over ../shared/architectures.tsv and "
-              "python/torchneuron/coverage/more_architectures.tsv.", ""]
+              "there after a run over every causal-LM architecture (`--all-causal-lm`).", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
     return path
