@@ -1,5 +1,7 @@
 """The Hugging Face coverage tool (python -m torchneuron.coverage) on small architectures:
-every stage for two, the torch.compile stages alone (--stages) for two sliding-window ones."""
+every stage for two listed ones and one of Transformers' causal-LM auto mapping, the
+torch.compile stages alone (--stages) for two sliding-window ones; the tiny-config builder
+over the config of every architecture of the auto mapping (no model run)."""
 import json
 import os
 import subprocess
@@ -328,6 +330,23 @@ def test_a_hybrid_keeps_one_layer_of_each_kind():
     kwargs = config_kwargs("cohere2", transformers.Cohere2Config)
     assert kwargs["num_hidden_layers"] == 2
     assert sorted(transformers.Cohere2Config(**kwargs).layer_types) == ["full_attention", "sliding_attention"]
+
+
+def test_an_architecture_of_the_auto_mapping_passes_every_stage(tmp_path):
+    """Cohere2, new to the lists: its tiny config is derived (the 3:1 sliding/global pattern
+    fitted into 2 layers), and the row comes from the auto mapping (--all-causal-lm --only)."""
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchneuron.coverage", "--all-causal-lm", "--only", "cohere2", "--out", str(out),
+         "--stage-timeout", "120"],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (r,) = json.loads((out / "coverage.json").read_text())
+    assert r["model_type"] == "cohere2" and r["passed"] is True, r
+    assert all(r["stages"][s]["status"] in ("pass", "n/a") for s in STAGES), r["stages"]
+    assert r["config"]["layer_types"] == ["sliding_attention", "full_attention"] and r["fallback_ops"] == []
+    assert "1 of 1 architectures pass every stage" in (out / "coverage.md").read_text()
 
 
 def test_all_causal_lm_rows_and_the_exclude_list(tmp_path):
