@@ -395,3 +395,14 @@ def test_runs_of_different_stages_merge_into_one_record():
     assert rec["stages"]["forward"]["status"] == "pass" and rec["stages"]["compiled_forward"]["status"] == "pass"
     assert (rec["passed"], rec["stage"], rec["fallback_ops"], rec["wall_time_s"]) == (
         False, "compiled_generate", ["aten::a"], 3.0)
+
+
+def test_a_later_run_that_builds_replaces_an_earlier_build_failure():
+    from torchneuron.coverage.common import STAGES as TOOL_STAGES
+    from torchneuron.coverage.merge import merge_record
+
+    failed = dict(model_type="x", passed=False, stage="build", error="ValueError: old config",
+                  stages={s: {"status": "not run"} for s in TOOL_STAGES})
+    rerun = dict(model_type="x", passed=True, stage="all", error="", stages={s: {"status": "pass"} for s in TOOL_STAGES})
+    assert merge_record(failed, rerun)["passed"] is True
+    assert merge_record(rerun, failed) == failed

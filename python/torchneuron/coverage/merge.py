@@ -18,24 +18,28 @@ def load(run_dir):
     return records, meta
 
 
+def built(record):
+    return bool(record.get("passed")) or record.get("stage") != "build"
+
+
 def merge_record(old, new):
-    rec = dict(old)
-    stages = {s: dict(old.get("stages", {}).get(s, NOT_RUN)) for s in STAGES}
-    for s, info in new.get("stages", {}).items():
-        if info.get("status") != "not run":
+    """`new`'s stages over `old`'s; a build that failed in the later run makes the record
+    that run's, one that failed only in the earlier run no longer counts."""
+    if not built(new):
+        return new
+    rec = dict(new)
+    stages = {s: dict(new.get("stages", {}).get(s, NOT_RUN)) for s in STAGES}
+    for s, info in (old.get("stages", {}) if built(old) else {}).items():
+        if stages[s].get("status") == "not run":
             stages[s] = info
     rec["stages"] = stages
-    if new.get("stage") == "build" and not new.get("passed"):  # a build that failed in the later run
-        rec.update(stage="build", error=new.get("error", ""), passed=False)
-        return rec
     for key in ("fallback_ops", "backward_fallback_ops"):
         rec[key] = sorted(set(old.get(key) or []) | set(new.get(key) or []))
     rec["notes"] = list(dict.fromkeys((old.get("notes") or []) + (new.get("notes") or [])))
+    rec["sync_ops"] = new.get("sync_ops") or old.get("sync_ops") or {}
     rec["wall_time_s"] = round((old.get("wall_time_s") or 0) + (new.get("wall_time_s") or 0), 3)
     rec["peak_device_memory_bytes"] = max(old.get("peak_device_memory_bytes") or 0,
                                           new.get("peak_device_memory_bytes") or 0) or None
-    if old.get("stage") == "build" and not old.get("passed"):
-        return rec
     failed = [s for s in STAGES if stages[s].get("status") == "fail"]
     rec["passed"] = not failed
     rec["stage"] = failed[0] if failed else "all"
