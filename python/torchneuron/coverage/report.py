@@ -85,6 +85,9 @@ def write_markdown(records, meta, out_dir):
         f"{'runs' if meta.get('merged') else 'run'} took {meta.get('wall_time_s', 0):.0f} s)."
     )
     c = counts(records)
+    fallback = [r["model_type"] for r in records if r.get("passed") and r.get("fallback_ops")]
+    lines += ["", f"{len(fallback)} of the {passed} that pass ran an op through the copy-to-CPU fallback"
+              + (f" ({', '.join(fallback)})." if fallback else ".")]
     if passed < n:
         lines += ["", f"Of the {n - passed} others, {c[DEVICE]} fail on the device, {c[CPU]} fail in the CPU reference "
                   f"(nothing to compare with: see [CPU reference fails](#cpu-reference-fails)) and {c[CANNOT_BUILD]} "
