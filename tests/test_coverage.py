@@ -1,5 +1,7 @@
 """The Hugging Face coverage tool (python -m torchneuron.coverage) on small architectures:
-every stage for two, the torch.compile stages alone (--stages) for two sliding-window ones."""
+every stage for two listed ones and one of Transformers' causal-LM auto mapping, the
+torch.compile stages alone (--stages) for two sliding-window ones; the tiny-config builder
+over the config of every architecture of the auto mapping (no model run)."""
 import json
 import os
 import subprocess
@@ -269,3 +271,138 @@ def test_compiled_generate_is_not_applicable_to_a_model_without_a_cache():
     reason = compiled_generate_not_applicable(transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(**tiny)))
     assert reason and "takes no cache" in reason, reason
     assert compiled_generate_not_applicable(transformers.GPT2LMHeadModel(transformers.GPT2Config(**tiny))) is None
+
+
+def causal_lm_rows():
+    from torchneuron.coverage.cli import causal_lm_rows as rows
+
+    return rows()
+
+
+@pytest.mark.parametrize("model_type", [r["model_type"] for r in causal_lm_rows()])
+def test_every_causal_lm_architecture_gets_a_valid_tiny_config(model_type):
+    """The builder, for every architecture of Transformers' causal-LM auto mapping (configs
+    only, no model): the config class accepts the derived values, the model is tiny, special
+    tokens are in the vocabulary and every kind of layer of the full-size pattern is there."""
+    import warnings
+
+    from torchneuron.coverage.derive import LAYER_KEYS, MAX_LAYERS, SIZES
+    from torchneuron.coverage.tiny_configs import VOCAB, build_config, check_config
+
+    row = next(r for r in causal_lm_rows() if r["model_type"] == model_type)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config, kwargs = build_config(row)
+        assert check_config(config) == []
+    text = config.get_text_config(decoder=True)
+    for key in ("hidden_size", "vocab_size"):
+        value = getattr(text, key, None) if key in vars(text) else None
+        if isinstance(value, int):
+            assert value <= SIZES[key], (key, value)
+    layers = [kwargs[k] for k in LAYER_KEYS if k in kwargs]
+    assert all(n <= MAX_LAYERS for n in layers), kwargs
+    assert getattr(text, "vocab_size", VOCAB) <= VOCAB
+
+
+def test_derived_values_never_replace_the_tuned_ones():
+    """For the listed architectures COMMON and ARCH win: the derived values only fill keys they leave."""
+    import transformers
+
+    from torchneuron.coverage.cli import read_lists
+    from torchneuron.coverage.tiny_configs import config_kwargs, tiny_kwargs
+
+    shared = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "architectures.tsv")
+    for row in read_lists([p for p in (shared, MORE) if os.path.exists(p)]):
+        config_class = getattr(transformers, row["config_class"])
+        tuned, full = tiny_kwargs(row["model_type"], config_class), config_kwargs(row["model_type"], config_class)
+        for key, value in tuned.items():  # a tuned sub-config's values stay, its other keys are derived
+            got = {k: full[key].get(k) for k in value} if isinstance(value, dict) else full.get(key)
+            assert got == value, (row["model_type"], key)
+
+
+def test_a_hybrid_keeps_one_layer_of_each_kind():
+    """Cohere2's default pattern is 3 sliding-window layers to 1 global: 2 layers would all be
+    sliding, so the tiny model takes the first layer of each kind."""
+    import transformers
+
+    from torchneuron.coverage.tiny_configs import config_kwargs
+
+    kwargs = config_kwargs("cohere2", transformers.Cohere2Config)
+    assert kwargs["num_hidden_layers"] == 2
+    assert sorted(transformers.Cohere2Config(**kwargs).layer_types) == ["full_attention", "sliding_attention"]
+
+
+def test_an_architecture_of_the_auto_mapping_passes_every_stage(tmp_path):
+    """Cohere2, new to the lists: its tiny config is derived (the 3:1 sliding/global pattern
+    fitted into 2 layers), and the row comes from the auto mapping (--all-causal-lm --only)."""
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchneuron.coverage", "--all-causal-lm", "--only", "cohere2", "--out", str(out),
+         "--stage-timeout", "120"],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (r,) = json.loads((out / "coverage.json").read_text())
+    assert r["model_type"] == "cohere2" and r["passed"] is True, r
+    assert all(r["stages"][s]["status"] in ("pass", "n/a") for s in STAGES), r["stages"]
+    assert r["config"]["layer_types"] == ["sliding_attention", "full_attention"] and r["fallback_ops"] == []
+    assert "1 of 1 architectures pass every stage" in (out / "coverage.md").read_text()
+
+
+def test_all_causal_lm_rows_and_the_exclude_list(tmp_path):
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from torchneuron.coverage.cli import parse_args, select_rows
+
+    rows = select_rows(parse_args(["--all-causal-lm", "--out", str(tmp_path)]))
+    assert [r["model_type"] for r in rows] == list(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    new = select_rows(parse_args(["--all-causal-lm", "--exclude-list", MORE, "--out", str(tmp_path)]))
+    assert len(new) == len(rows) - len(more_rows()) and "qwen3_next" not in {r["model_type"] for r in new}
+    only = select_rows(parse_args(["--all-causal-lm", "--list", MORE, "--only", "xmod,jamba", "--out", str(tmp_path)]))
+    assert [r["model_type"] for r in only] == ["jamba", "xmod"]  # the lists' rows first
+
+
+def test_outcomes_tell_the_device_from_the_cpu_reference_and_the_environment():
+    from torchneuron.coverage.common import STAGES as TOOL_STAGES
+    from torchneuron.coverage.outcome import CANNOT_BUILD, CPU, DEVICE, PASS, outcome
+
+    def record(stage, error, passed=False):
+        stages = {s: {"status": "pass"} for s in TOOL_STAGES}
+        if stage in stages:
+            stages[stage] = {"status": "fail", "error": error}
+        return dict(passed=passed, stage=stage, error=error, stages=stages)
+
+    assert outcome(record("all", "", passed=True)) == (PASS, "")
+    assert outcome(record("build", "ImportError: needs timm"))[0] == CANNOT_BUILD
+    assert outcome(record("build", "ValueError: bad config")) == (CPU, "build: ValueError: bad config")
+    assert outcome(record("forward", "cpu reference: KeyError: 'x'"))[0] == CPU
+    assert outcome(record("backward", "AssertionError: gradient of w")) == (
+        DEVICE, "backward: AssertionError: gradient of w")
+
+
+def test_runs_of_different_stages_merge_into_one_record():
+    from torchneuron.coverage.common import STAGES as TOOL_STAGES
+    from torchneuron.coverage.merge import merge_record
+
+    eager = dict(model_type="llama", passed=True, stage="all", error="", fallback_ops=[], notes=[], wall_time_s=2.0,
+                 stages={s: {"status": "not run" if s in COMPILED else "pass"} for s in TOOL_STAGES})
+    compiled = dict(model_type="llama", passed=False, stage="compiled_generate", error="x", fallback_ops=["aten::a"],
+                    notes=[], wall_time_s=1.0,
+                    stages={s: {"status": "fail" if s == "compiled_generate" else "not run"} for s in TOOL_STAGES})
+    compiled["stages"]["to_device"] = {"status": "pass"}
+    compiled["stages"]["compiled_forward"] = {"status": "pass"}
+    rec = merge_record(eager, compiled)
+    assert rec["stages"]["forward"]["status"] == "pass" and rec["stages"]["compiled_forward"]["status"] == "pass"
+    assert (rec["passed"], rec["stage"], rec["fallback_ops"], rec["wall_time_s"]) == (
+        False, "compiled_generate", ["aten::a"], 3.0)
+
+
+def test_a_later_run_that_builds_replaces_an_earlier_build_failure():
+    from torchneuron.coverage.common import STAGES as TOOL_STAGES
+    from torchneuron.coverage.merge import merge_record
+
+    failed = dict(model_type="x", passed=False, stage="build", error="ValueError: old config",
+                  stages={s: {"status": "not run"} for s in TOOL_STAGES})
+    rerun = dict(model_type="x", passed=True, stage="all", error="", stages={s: {"status": "pass"} for s in TOOL_STAGES})
+    assert merge_record(failed, rerun)["passed"] is True
+    assert merge_record(rerun, failed) == failed

@@ -7,13 +7,17 @@ bfloat16 logits, sdpa against eager attention and the text-generation pipeline;
 then under `torch.compile` with the Dynamo backend "neuron": forward logits, and
 static-cache generation auto-compiled by Transformers (tokens equal, compilations
 counted, no recompilation in a second call).
-See `cli` for the command line (`python -m torchneuron.coverage --list FILE --out
-DIR [--stages compiled_forward,compiled_generate]`), `tiny_configs` for the
-configurations, `runner` for how a stage runs, and `model_stages`,
-`generation_stages` and `compile_stages` for what each stage compares.
+See `cli` for the command line (`python -m torchneuron.coverage --all-causal-lm
+--out DIR`, or `--list FILE`; `--stages compiled_forward,compiled_generate`; `--merge`
+to join runs of different stages), `tiny_configs` for the configurations (tuned
+values per architecture) and `derive` for those derived from any config class's
+defaults, `runner` for how a stage runs, `model_stages`, `generation_stages` and
+`compile_stages` for what each stage compares, and `outcome` for how a failure is
+told apart (the device, the CPU reference, a missing package).
 `more_architectures.tsv` lists architectures beyond the project's shared list
 (hybrids, MLA variants, partial rotary, per-layer embeddings) whose tiny
-configurations needed care; the documented run covers both lists.
+configurations needed care; the documented run covers every architecture of
+Transformers' causal-LM auto mapping.
 """
 
 

@@ -1,6 +1,10 @@
 """Command line: python -m torchneuron.coverage --list FILE [--list FILE2 ...] --out DIR [--only a,b] [--stages s,t] [--device neuron]
 
 Several lists run as one (in order; a model_type listed twice runs once).
+`--all-causal-lm` adds every architecture of Transformers' causal-LM auto mapping
+(after the lists' own; the rows come from the auto mappings), and `--exclude-list
+FILE` leaves out the model_types of FILE (e.g. the mapping's architectures that no
+list has).
 `--stages` runs only the named stages (the build and `to_device` always run; the
 others are reported as not run), e.g. `--stages compiled_forward,compiled_generate`
 for the torch.compile stages alone.
@@ -42,6 +46,34 @@ def read_list(path):
     if missing:
         raise SystemExit(f"{path}: missing columns {missing}")
     return [{k: (v or "").strip() for k, v in r.items() if k} for r in rows]
+
+
+def causal_lm_rows():
+    """One row per model_type of Transformers' causal-LM auto mapping, in its order."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return [dict(model_type=m, causal_lm_class=cls, config_class=CONFIG_MAPPING_NAMES[m],
+                 special_needs="from the causal-LM auto mapping")
+            for m, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()]
+
+
+def select_rows(args):
+    """The rows of --list and --all-causal-lm, less --exclude-list's, narrowed by --only."""
+    rows = read_lists(args.list)
+    if args.all_causal_lm:
+        seen = {r["model_type"] for r in rows}
+        rows += [r for r in causal_lm_rows() if r["model_type"] not in seen]
+    if args.exclude_list:
+        excluded = {r["model_type"] for r in read_lists(args.exclude_list)}
+        rows = [r for r in rows if r["model_type"] not in excluded]
+    if args.only:
+        wanted = [m.strip() for m in args.only.split(",") if m.strip()]
+        unknown = sorted(set(wanted) - {r["model_type"] for r in rows})
+        if unknown:
+            raise SystemExit(f"--only: not among the architectures chosen: {', '.join(unknown)}")
+        rows = [r for r in rows if r["model_type"] in wanted]
+    return rows
 
 
 def failed_record(row, stage, error, partial=None):
@@ -154,6 +186,12 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m torchneuron.coverage", description=__doc__.split("\n\n")[0])
     p.add_argument("--list", action="append", default=[],
                    help="TSV with columns model_type, causal_lm_class, config_class[, special_needs]; repeatable")
+    p.add_argument("--all-causal-lm", action="store_true",
+                   help="also every architecture of Transformers' causal-LM auto mapping")
+    p.add_argument("--exclude-list", action="append", default=[],
+                   help="TSV whose model_types are left out; repeatable")
+    p.add_argument("--merge", action="append", default=[],
+                   help="output directory of an earlier run: write one report of these runs to --out; repeatable")
     p.add_argument("--out", help="output directory (coverage.json, coverage.md, logs/)")
     p.add_argument("--only", default="", help="comma-separated model_types to run")
     p.add_argument("--stages", default="",
@@ -167,8 +205,8 @@ def parse_args(argv):
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if not args.worker and (not args.list or not args.out):
-        p.error("--list and --out are required")
+    if not args.worker and (not (args.list or args.all_causal_lm or args.merge) or not args.out):
+        p.error("--out and --list, --all-causal-lm or --merge are required")
     args.stages = parse_stages(p, args.stages)
     return args
 
@@ -196,6 +234,20 @@ def worker_main(args):
     return 0
 
 
+def merge_main(args, argv):
+    from . import report
+    from .merge import merge_runs
+
+    records, meta = merge_runs(args.merge)
+    meta["merge_command"] = "python -m torchneuron.coverage " + " ".join(shlex.quote(a) for a in argv)
+    os.makedirs(args.out, exist_ok=True)
+    report.write_json(records, meta, args.out)
+    md = report.write_markdown(records, meta, args.out)
+    passed = sum(1 for r in records if r.get("passed"))
+    print(f"{passed} of {len(records)} architectures pass; report in {md}", flush=True)
+    return 0
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -204,13 +256,9 @@ def main(argv=None):
 
     from . import report
 
-    rows = read_lists(args.list)
-    if args.only:
-        wanted = [m.strip() for m in args.only.split(",") if m.strip()]
-        unknown = sorted(set(wanted) - {r["model_type"] for r in rows})
-        if unknown:
-            raise SystemExit(f"--only: not in {', '.join(args.list)}: {', '.join(unknown)}")
-        rows = [r for r in rows if r["model_type"] in wanted]
+    if args.merge:
+        return merge_main(args, argv)
+    rows = select_rows(args)
     os.makedirs(args.out, exist_ok=True)
     log_dir = os.path.join(args.out, "logs")
     os.makedirs(log_dir, exist_ok=True)

@@ -20,7 +20,14 @@ def build_cpu_model(row):
         raise ValueError("config: " + "; ".join(problems))
     torch.manual_seed(SEED)
     model_class = getattr(transformers, row["causal_lm_class"])
-    return model_class(config).to(torch.float32).eval(), kwargs
+    text = config.get_text_config(decoder=True)
+    if isinstance(config, model_class.config_class):
+        model = model_class(config)
+    elif isinstance(text, model_class.config_class):  # a composite whose causal LM is its decoder (MusicGen)
+        model = model_class(text)
+    else:  # a composite config whose causal LM takes the text config: as users build it
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return model.to(torch.float32).eval(), kwargs
 
 
 def shared_parameter_groups(model):

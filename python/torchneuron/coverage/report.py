@@ -5,8 +5,10 @@ import re
 
 from .common import EXTRA_TOKENS, PADDED_LENGTHS, STAGES
 from .compile_stages import PROMPT_LEN as COMPILED_PROMPT_LEN
+from .outcome import CANNOT_BUILD, CPU, DEVICE, counts, outcome
 
 STATUS_MARK = {"pass": "pass", "fail": "FAIL", "n/a": "n/a", "not run": "-"}
+RESULT = {"pass": "pass", DEVICE: "FAIL", CPU: "cpu fails", CANNOT_BUILD: "not built"}
 
 
 def stage_counts(records):
@@ -37,7 +39,7 @@ def write_json(records, meta, out_dir):
 
 
 def _cell(text, limit=None):
-    text = str(text).replace("|", "\\|").replace("\n", " ")
+    text = str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
     if limit and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
@@ -80,8 +82,16 @@ def write_markdown(records, meta, out_dir):
     lines.append(
         f"{passed} of {n} architectures pass {which} on `{meta.get('device')}` "
         f"(torch {meta.get('torch')}, transformers {meta.get('transformers')}; "
-        f"run took {meta.get('wall_time_s', 0):.0f} s)."
+        f"{'runs' if meta.get('merged') else 'run'} took {meta.get('wall_time_s', 0):.0f} s)."
     )
+    c = counts(records)
+    fallback = [r["model_type"] for r in records if r.get("passed") and r.get("fallback_ops")]
+    lines += ["", f"{len(fallback)} of the {passed} that pass ran an op through the copy-to-CPU fallback"
+              + (f" ({', '.join(fallback)})." if fallback else ".")]
+    if passed < n:
+        lines += ["", f"Of the {n - passed} others, {c[DEVICE]} fail on the device, {c[CPU]} fail in the CPU reference "
+                  f"(nothing to compare with: see [CPU reference fails](#cpu-reference-fails)) and {c[CANNOT_BUILD]} "
+                  "cannot be built here (a package is missing)."]
     lines += [
         "",
         "Each stage compares the device with the same model on CPU (identical weights, float32, eval mode): "
@@ -141,7 +151,7 @@ def write_markdown(records, meta, out_dir):
         wall = r.get("wall_time_s")
         lines.append(
             "| " + " | ".join([
-                _cell(r.get("model_type")), "pass" if r.get("passed") else "FAIL",
+                _cell(r.get("model_type")), RESULT[outcome(r)[0]],
                 "" if r.get("passed") else _cell(r.get("stage")), *marks, _cell(fallback, 120), _cell(sync, 160),
                 compiles_cell(stages),
                 _cell("; ".join(r.get("notes") or []), 160),
@@ -153,22 +163,30 @@ def write_markdown(records, meta, out_dir):
     for r in records:
         for s in STAGES:
             info = r.get("stages", {}).get(s, {})
-            if info.get("status") == "fail":
+            if info.get("status") == "fail" and not info.get("error", "").startswith("cpu reference:"):
                 groups.setdefault(_error_key(info.get("error", "")), {}).setdefault(r["model_type"], []).append(s)
     if groups:
         lines += ["", "## Distinct errors", ""]
         for key, models in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             where = ", ".join(f"{m} ({'/'.join(st)})" for m, st in models.items())
             lines.append(f"- {len(models)} architectures: `{_cell(key, 200)}` in {where}")
+    for kind, title in ((CPU, "CPU reference fails"), (CANNOT_BUILD, "Cannot build here")):
+        rows = [(r["model_type"], outcome(r)[1]) for r in records if outcome(r)[0] == kind]
+        if rows:
+            lines += ["", f"## {title}", ""]
+            lines += [f"- {m}: `{_cell(reason, 300)}`" for m, reason in rows]
     na = [(r["model_type"], s, r["stages"][s].get("reason", "")) for r in records
           for s in STAGES if r.get("stages", {}).get(s, {}).get("status") == "n/a"]
     if na:
         lines += ["", "## Not applicable", ""]
         lines += [f"- {m} `{s}`: {_cell(reason, 300)}" for m, s, reason in na]
-    lines += ["", f"Produced by `{meta.get('command', '')}` (from the repository root, with "
+    if meta.get("merged"):
+        produced = f"Merged by `{meta.get('merge_command', '')}` from the runs {meta.get('command', '')}"
+    else:
+        produced = f"Produced by `{meta.get('command', '')}`"
+    lines += ["", f"{produced} (from the repository root, with "
               "`HF_HUB_OFFLINE=1`). The project's copy is docs/coverage.md: copy DIR/coverage.md "
-              "there after a run over ../shared/architectures.tsv and "
-              "python/torchneuron/coverage/more_architectures.tsv.", ""]
+              "there after a run over every causal-LM architecture (`--all-causal-lm`).", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
     return path

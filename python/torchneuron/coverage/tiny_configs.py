@@ -243,6 +243,38 @@ ARCH = {
     # Without layer_types the builder crashes; one convolution and one attention layer,
     # the first dense and the second a mixture of experts.
     "lfm2_moe": dict(layer_types=["conv", "full_attention"], num_dense_layers=1, conv_L_cache=3),
+    # Beyond the two lists (the whole causal-LM auto mapping): what the defaults cannot give.
+    # X-MOD picks a language adapter per input; the default config names no default language.
+    "xmod": dict(default_language="en_XX"),
+    # The modeling code reads rope_parameters per layer type, which the defaults do not give.
+    "cohere_compass_text": dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # The native (torch) chunkwise mLSTM kernel assumes query/key heads as wide as value heads
+    # (the default qk_dim_factor 0.5 fails on CPU at any size).
+    "xlstm": dict(qk_dim_factor=1.0),
+    # The assistant's defaults fail its own validation: it has no per-layer inputs, and it
+    # shares every layer's keys and values (read from a target model's).
+    "gemma4_assistant": dict(text_config=dict(
+        model_type="gemma4_text", hidden_size_per_layer_input=0, vocab_size_per_layer_input=0, num_kv_shared_layers=4,
+    )),
+    # The sliding-window layers take their sizes from swa_* keyword arguments that are not
+    # fields (so not derived): full size by default.
+    "dots3_note_text": dict(
+        swa_num_attention_heads=4, swa_num_key_value_heads=4, swa_q_lora_rank=32, swa_kv_lora_rank=16,
+        swa_head_dim=16, swa_qk_nope_head_dim=8, swa_v_head_dim=16,
+    ),
+    # ReformerModelWithLMHead asserts a decoder config (the defaults are an encoder's); the axial
+    # position embeddings' widths sum to the hidden size, their shape multiplies to the positions.
+    "reformer": dict(is_decoder=True, axial_pos_embds_dim=[16, 48], axial_pos_shape=[16, 16]),
+    # Indexed-attention layers need the QSA indexer's sizes, which the defaults leave unset
+    # (the config then fails at model build); the indexer takes one key/value head.
+    "qwen4_exp_text": dict(
+        indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=4, indexer_compress_ratio=2,
+    ),
+    # The stages feed one token row per sequence: one codebook (the default 4 would fold the
+    # batch of 2 into codebooks). generate() starts each codebook's delay pattern from the
+    # decoder start token, which the checkpoints' generation configs give (there the bos token).
+    "musicgen_decoder": dict(num_codebooks=1, decoder_start_token_id=BOS),
+    "musicgen_melody_decoder": dict(num_codebooks=1, decoder_start_token_id=BOS),
 }
 
 
@@ -255,8 +287,11 @@ def config_keys(config_class):
     return names
 
 
-def tiny_kwargs(model_type, config_class):
-    """The keyword arguments of the tiny config of one architecture."""
+def tiny_kwargs(model_type, config_class, derived=None):
+    """The keyword arguments of the tiny config of one architecture: COMMON, then the
+    `derived` values (derive.derived_kwargs) for keys COMMON does not set, then ARCH."""
+    from .derive import Required
+
     known = config_keys(config_class)
     # Aliases are stored under their field names: a config applies aliased keyword
     # arguments only after its __post_init__, too late for values derived there.
@@ -264,6 +299,11 @@ def tiny_kwargs(model_type, config_class):
     kwargs = {}
     for key, value in COMMON.items():
         if key in known and value is not None:
+            kwargs.setdefault(alias.get(key, key), value)
+    for key, value in (derived or {}).items():
+        if isinstance(value, Required):
+            kwargs[alias.get(key, key)] = value.value
+        else:
             kwargs.setdefault(alias.get(key, key), value)
     for key, value in ARCH.get(model_type, {}).items():
         if value is DROP:
@@ -273,12 +313,49 @@ def tiny_kwargs(model_type, config_class):
     return kwargs
 
 
+def config_kwargs(model_type, config_class):
+    """tiny_kwargs from the class's own defaults, with tiny sub-configs (each by the
+    entry of its own model_type) and a layer of every kind of the default pattern."""
+    from transformers import AutoConfig
+
+    from .derive import default_config, derived_kwargs, fit_layers
+
+    default = default_config(config_class)
+    kwargs = tiny_kwargs(model_type, config_class, derived_kwargs(config_class, default))
+    for name, declared in (getattr(config_class, "sub_configs", None) or {}).items():
+        sub_class = sub_config_class(declared, default, name, kwargs.get(name))
+        if sub_class is None or not isinstance(kwargs.get(name, {}), dict):
+            continue
+        # ARCH's values for a sub-config go over the sub-config's own tiny values.
+        kwargs[name] = dict(config_kwargs(sub_class.model_type, sub_class), **kwargs.get(name, {}))
+        if getattr(declared, "config_class", declared) is AutoConfig:  # the composite picks the class by this key
+            kwargs[name]["model_type"] = sub_class.model_type
+    return fit_layers(config_class, default, kwargs, lambda kw: config_class(**kw))
+
+
+def sub_config_class(declared, default, name, given=None):
+    """The class of a sub-config: that of the default's (None where the default leaves it
+    out), else, for a class without valid defaults, the declared one (a class, or a spec
+    or ARCH's values naming an AutoConfig model_type)."""
+    from transformers import AutoConfig, PretrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if default is not None:
+        sub = getattr(default, name, None)
+        return type(sub) if isinstance(sub, PretrainedConfig) else None
+    cls = getattr(declared, "config_class", declared)
+    if cls is AutoConfig:
+        model_type = getattr(declared, "model_type", None) or (given or {}).get("model_type")
+        return CONFIG_MAPPING[model_type] if model_type else None
+    return cls
+
+
 def build_config(row):
     """Returns (config, kwargs) for one row of the architecture list."""
     import transformers
 
     config_class = getattr(transformers, row["config_class"])
-    kwargs = tiny_kwargs(row["model_type"], config_class)
+    kwargs = config_kwargs(row["model_type"], config_class)
     config = config_class(**kwargs)
     return config, kwargs
 
@@ -302,7 +379,7 @@ def check_config(config):
             types = None
         if isinstance(types, (list, tuple)) and layers is not None and len(types) != layers:
             problems.append(f"{name} has {len(types)} entries for {layers} layers")
-    missing = missing_layer_kinds(type(config), text)
+    missing = missing_layer_kinds(type(text), text)
     if missing:
         problems.append(f"no layer of the kinds {missing} of the full-size pattern (every kind needs one: a hybrid "
                         "whose layers are all linear attention has a cache that cannot tell its length)")
