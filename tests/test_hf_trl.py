@@ -222,8 +222,9 @@ def test_dpo_default_config_matches_cpu(tmp_path):
 def test_trl_sft_command_line_trains_on_neuron_offline(tmp_path):
     """`trl sft` on a local model and a local JSON-lines dataset, as the TRL docs
     show it; its losses are the in-process SFTTrainer's on neuron. It goes through
-    `accelerate launch`, which starts one process per neuron core: until the
-    `neuron` process-group backend exists, `--num_processes 1` keeps it to one."""
+    `accelerate launch`, which starts one process per neuron core; `--num_processes
+    1` keeps it to one, so its losses compare with one in-process run (two
+    processes: tests/test_hf_accelerate_launch.py and the main job)."""
     path = saved_model(tmp_path)
     data = tmp_path / "data"
     data.mkdir()
