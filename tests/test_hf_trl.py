@@ -250,3 +250,23 @@ def test_trl_sft_command_line_trains_on_neuron_offline(tmp_path):
     trainer.train()
     assert args.device.type == "neuron"
     torch.testing.assert_close(cli_losses, losses(trainer), atol=1e-6, rtol=1e-6)
+
+
+def test_pad_to_multiple_of_auto_pads_nothing_on_neuron(tmp_path):
+    """hf_integration adaptation 13: TRL's default `pad_to_multiple_of="auto"` pads
+    to 128 tokens on neuron (for AWS's compiler); torchneuron runs eagerly, so it
+    resolves to None as on other devices, and the collator pads each batch to
+    its longest row. TRL's own answer is still 128 (kept with torch_compile=True):
+    if an upgrade stops padding on neuron, this test fails and the adaptation can go."""
+    out = str(tmp_path)
+    assert SFTConfig(output_dir=out).pad_to_multiple_of is None
+    assert DPOConfig(output_dir=out).pad_to_multiple_of is None
+    assert SFTConfig(output_dir=out, torch_compile=True).pad_to_multiple_of == 128  # TRL's own "auto"
+    assert SFTConfig(output_dir=out, pad_to_multiple_of=64).pad_to_multiple_of == 64
+    assert SFTConfig(output_dir=out, use_cpu=True).pad_to_multiple_of is None
+    args = SFTConfig(output_dir=out, report_to="none")
+    trainer = SFTTrainer(model=tiny_model(tiny_tokenizer()), args=args, train_dataset=chat_dataset(),
+                         processing_class=tiny_tokenizer())
+    batch = next(iter(trainer.get_train_dataloader()))
+    longest = max(len(trainer.train_dataset[i]["input_ids"]) for i in range(len(trainer.train_dataset)))
+    assert batch["input_ids"].shape[1] <= longest < 128
