@@ -270,3 +270,16 @@ def test_pad_to_multiple_of_auto_pads_nothing_on_neuron(tmp_path):
     batch = next(iter(trainer.get_train_dataloader()))
     longest = max(len(trainer.train_dataset[i]["input_ids"]) for i in range(len(trainer.train_dataset)))
     assert batch["input_ids"].shape[1] <= longest < 128
+
+
+def test_sft_torch_compile_with_default_gradient_checkpointing_matches_eager(tmp_path):
+    """`torch_compile=True` with SFTConfig's defaults (gradient checkpointing, bf16):
+    the recomputed attention goes through PyTorch's RNG-state ops
+    (`run_and_save_rng_state`, which refused any device but cuda/cpu/hpu/xpu;
+    torchneuron/compile/rng_prims.py). Losses equal the eager run's."""
+    _, eager, _ = sft_run("neuron", tmp_path, text_dataset())
+    dev, compiled, _ = sft_run("neuron", tmp_path, text_dataset(), args=dict(torch_compile=True))
+    assert dev.args.gradient_checkpointing and dev.args.torch_compile_backend == "neuron"
+    programs = [p for r in torchneuron.compile_metrics() for p in r["programs"].values()]
+    assert any(p.get("executor") == "compiler" for p in programs), programs
+    torch.testing.assert_close(compiled, eager, **BF16_TOL)
