@@ -32,7 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from fresh_process import isa_line, measure_in_fresh_process  # noqa: E402
 
 CASES = ("cpu-fp32", "cpu-bf16", "neuron-fp32", "neuron-bf16", "neuron-compile-fp32", "neuron-compile-bf16")
-WARMUP = 3  # steps before timing: the first calls of each shape, compilation
+WARMUP = 2  # steps before timing: the first calls of each shape, compilation
 
 
 def model_config(quick):
@@ -105,8 +105,8 @@ def measure(case, steps, batch, seq, quick):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=5, help="timed steps after %d warm-up steps" % WARMUP)
-    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--steps", type=int, default=3, help="timed steps after %d warm-up steps" % WARMUP)
+    p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--only", nargs="+", choices=CASES, default=list(CASES))
     p.add_argument("--rounds", type=int, default=1, help="measure each case this many times, keep the fastest")
