@@ -99,8 +99,19 @@ def measure(case, steps, batch, seq, quick):
     trainer.train()
     step = statistics.median(times[WARMUP:])
     peak = torch.neuron.max_memory_allocated() if device_type == "neuron" else 0
+    graphs = {}
+    if compiled:  # how the compiled graphs ran: as programs, or eagerly and why
+        import torchneuron
+
+        for record in torchneuron.compile_metrics():
+            for program in record["programs"].values():
+                how = program.get("executor", "?")
+                if how != "compiler":
+                    how += f" ({program.get('reason', program.get('fallback', '?'))})"
+                graphs[how] = graphs.get(how, 0) + 1
     return {"params": sum(p.numel() for p in model.parameters()), "first": times[0], "step": step,
-            "tokens_per_second": batch * seq / step, "peak": peak, "threads": torch.get_num_threads()}
+            "tokens_per_second": batch * seq / step, "peak": peak, "threads": torch.get_num_threads(),
+            "graphs": graphs}
 
 
 def main():
@@ -131,6 +142,8 @@ def main():
             print(f"  {case:<20} {r['tokens_per_second']:8.0f} tokens/s  step {r['step']:7.3f}s  "
                   f"first step {r['first']:7.2f}s  peak {r['peak'] / 2**20:7.0f} MiB  "
                   f"{r['params'] / 1e6:.0f}M parameters, {r['threads']} threads", flush=True)
+            if r["graphs"]:
+                print(f"    compiled graphs: " + ", ".join(f"{n} {how}" for how, n in r["graphs"].items()), flush=True)
     if args.rounds > 1:
         print(f"fastest of {args.rounds} rounds per case")
 
