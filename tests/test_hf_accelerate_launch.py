@@ -1,8 +1,9 @@
 """`accelerate launch --num_processes 2` on neuron, as users start multi-process
 training: Accelerate's DDP config (as `accelerate config default` writes it
 here) and its FSDP2 config (as `accelerate config` writes it, the form TRL ships),
-each rank on its own neuron core, and the losses and parameters after a few
-SGD steps equal to one device on the same global batch.
+each rank on its own neuron core, the losses and parameters after a few
+SGD steps equal to one device on the same global batch, and `save_state` /
+`load_state` resuming each rank to the same step.
 
 The worker is tests/distributed_workers/accelerate_loop.py, a plain Accelerate
 loop over a small Qwen3; the reference runs the same loop in this process with
@@ -66,7 +67,7 @@ def one_device():
     try:
         accelerator = Accelerator()
         assert accelerator.num_processes == 1 and accelerator.device.type == "neuron"
-        losses, state, _ = accelerate_loop.train(accelerator)
+        losses, state, _, _ = accelerate_loop.train(accelerator)
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)
     return losses, state
@@ -93,6 +94,8 @@ def assert_one_core_per_rank(result):
     assert [r["current_device"] for r in ranks] == [0, 1]
     assert [r["parameters_on"] for r in ranks] == [["neuron:0"], ["neuron:1"]]
     assert all(r["peak_bytes"] > 0 for r in ranks)
+    # save_state / load_state: the step after loading repeats the step after saving exactly
+    assert all(r["resumed_exactly"] for r in ranks), ranks
 
 
 def test_ddp_config_two_processes_equal_one_device(tmp_path, one_device):

@@ -5,8 +5,9 @@ one-device reference on the same global batch.
 
     accelerate launch --config_file CONFIG accelerate_loop.py OUT.pt
 
-Rank 0 writes the reduced losses, the full parameters after training and
-what each rank ran on to OUT.pt.
+Rank 0 writes the reduced losses, the full parameters after training,
+what each rank ran on, and whether `save_state` / `load_state` (OUT.pt.state)
+resumed to the same step, to OUT.pt.
 """
 import sys
 
@@ -55,18 +56,41 @@ def train(accelerator):
     state = accelerator.get_state_dict(model)  # FSDP2: gathered to the main process
     if accelerator.is_main_process:
         state = {k: v.detach().cpu().clone() for k, v in state.items()}
-    return torch.tensor(losses), state, model
+    return torch.tensor(losses), state, model, opt
+
+
+def resumes_exactly(accelerator, model, opt, directory):
+    """`save_state`, one more step, `load_state`, the same step again: the loss
+    and every parameter of the second match the first."""
+    accelerator.save_state(directory)
+    x = torch.randint(0, 64, (GLOBAL_BATCH // accelerator.num_processes, SEQ),
+                      generator=torch.Generator().manual_seed(2 + accelerator.process_index)).to(accelerator.device)
+
+    def step():
+        loss = model(input_ids=x, labels=x).loss
+        accelerator.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        params = accelerator.get_state_dict(model)
+        return loss.item(), {k: v.detach().cpu().clone() for k, v in params.items()}
+
+    first = step()
+    accelerator.load_state(directory)
+    second = step()
+    return first[0] == second[0] and all(torch.equal(first[1][k], second[1][k]) for k in first[1])
 
 
 def main(out):
     accelerator = Accelerator()
-    losses, state, model = train(accelerator)
+    losses, state, model, opt = train(accelerator)
+    resumed = resumes_exactly(accelerator, model, opt, out + ".state")
     ranks = gather_object([{
         "rank": accelerator.process_index,
         "device": str(accelerator.device),
         "current_device": torch.neuron.current_device(),
         "parameters_on": sorted({str(p.device) for p in model.parameters()}),
         "peak_bytes": torch.neuron.max_memory_allocated(accelerator.device),
+        "resumed_exactly": resumed,
     }])
     if accelerator.is_main_process:
         torch.save({"losses": losses, "state": state, "ranks": ranks,
