@@ -1,5 +1,8 @@
-"""The main job's demo (python -m torchneuron.demo): its task, its tokenizer,
-and a short end-to-end run on neuron (train, save, reload, generate)."""
+"""The main job's demo (python -m torchneuron.demo): its task, tokenizer and
+dataset, the training recipe as TRL reads it, and a quick end-to-end run (TRL's
+SFTTrainer under `accelerate launch` with FSDP2 on two neuron cores, the saved
+checkpoint reloaded on CPU and on neuron). The quick run takes about 40 s."""
+import json
 import os
 import re
 import subprocess
@@ -7,22 +10,25 @@ import sys
 
 import pytest
 
-pytest.importorskip("transformers", reason="the Hugging Face packages of requirements.txt are not installed")
+pytest.importorskip("trl", reason="the Hugging Face packages of requirements.txt are not installed")
 
-from torchneuron.demo import task  # noqa: E402
+from torchneuron.demo import launch, task  # noqa: E402
+from torchneuron.demo.__main__ import parse_args, training_config  # noqa: E402
+from torchneuron.demo.dataset import write_dataset  # noqa: E402
 from torchneuron.demo.tokenizer import build_tokenizer  # noqa: E402
-from torchneuron.demo.train import encode  # noqa: E402
 
 
 def test_checker_accepts_only_the_exact_answer():
-    assert task.check("27+58=", "85")
-    assert task.check("0+0=", "0")
-    assert task.check("99+99=", "198")
-    for wrong in ("84", "085", "85 ", " 85", "8", "", "85<eos>", "<pad>85"):
-        assert not task.check("27+58=", wrong), wrong
-    for bad in ("27+58", "27-58=", "2a+58=", "27+58+1="):
+    q = "What is 27+58?"
+    assert task.check(q, "85")
+    assert task.check("What is 0+0?", "0")
+    assert task.check("What is 99+99?", "198")
+    for wrong in ("84", "085", "85 ", " 85", "8", "", "85<|im_end|>", "<|endoftext|>85"):
+        assert not task.check(q, wrong), wrong
+    for bad in ("What is 27+58", "What is 27-58?", "What is 2a+58?", "27+58=", "What is 27+58+1?"):
         with pytest.raises(ValueError):
             task.parse(bad)
+    assert task.parse(task.Problem(3, 41).question) == task.Problem(3, 41)
 
 
 def test_splits_are_disjoint_deterministic_and_seeded():
@@ -34,93 +40,138 @@ def test_splits_are_disjoint_deterministic_and_seeded():
     assert max(len(p.answer) for p in train + held_out) == task.answer_length() == 3
     assert task.splits(0, 20_000, 500) == (train, held_out)
     assert task.splits(1, 20_000, 500)[1] != held_out
-    small_train, small_held = task.splits(3, n_train=50, n_test=20, digits=3)
-    assert len(small_train) == 50 and not set(small_train) & set(small_held)
+    with pytest.raises(ValueError, match="leave none to train on"):
+        task.splits(0, 10, 10_000)
 
 
-def test_tokenizer_saves_and_reloads_as_a_transformers_tokenizer(tmp_path):
+def test_tokenizer_is_a_transformers_chat_tokenizer(tmp_path):
     from transformers import AutoTokenizer
 
     tok = build_tokenizer()
     tok.save_pretrained(tmp_path)
     again = AutoTokenizer.from_pretrained(tmp_path)
+    chat = task.Problem(27, 58).messages()
     for t in (tok, again):
-        ids = t("12+34=").input_ids
-        assert ids[0] == t.bos_token_id and len(ids) == 7
-        assert t.decode(ids, skip_special_tokens=True) == "12+34="
-        assert {t.pad_token_id, t.bos_token_id, t.eos_token_id} <= set(range(len(t)))
+        text = t.apply_chat_template(chat, tokenize=False)
+        assert text == "<|im_start|>user\nWhat is 27+58?<|im_end|>\n<|im_start|>assistant\n85<|im_end|>\n"
+        enc = t.apply_chat_template(chat, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+        ids = enc["input_ids"]
+        assert t.decode(ids) == text and len(ids) == 26  # one token per character, role names whole
+        # The assistant's reply and its end of turn are what assistant_only_loss trains on.
+        assert [i for i, m in zip(ids, enc["assistant_masks"]) if m] == t.convert_tokens_to_ids(
+            ["8", "5", "<|im_end|>"])
+        prompt = t.apply_chat_template(chat[:1], add_generation_prompt=True, tokenize=False)
+        assert prompt == "<|im_start|>user\nWhat is 27+58?<|im_end|>\n<|im_start|>assistant\n"
+        assert (t.eos_token, t.pad_token, t.bos_token) == ("<|im_end|>", "<|endoftext|>", None)
         assert t.padding_side == "left"
-        batch = t(["1+2=", "12+34="], padding=True)
-        assert batch.input_ids[0][:3] == [t.pad_token_id] * 2 + [t.bos_token_id]
-        assert batch.attention_mask[0] == [0, 0] + [1] * 5
-    assert again("12+34=").input_ids == tok("12+34=").input_ids
 
 
-def test_training_labels_cover_the_answer_and_eos_only():
-    tok = build_tokenizer()
-    ids, labels, mask = encode([task.Problem(27, 58), task.Problem(1, 2)], tok)
-    # <bos> 2 7 + 5 8 = 8 5 <eos>
-    assert tok.decode(ids[0].tolist()) == "<bos>27+58=85<eos>"
-    assert labels[0].tolist() == [-100] * 7 + ids[0, 7:].tolist()
-    # Right-padded: <bos> 1 + 2 = 3 <eos> <pad> <pad> <pad>
-    assert mask[1].tolist() == [1] * 7 + [0] * 3
-    assert labels[1].tolist() == [-100] * 5 + ids[1, 5:7].tolist() + [-100] * 3
+def test_dataset_loads_as_a_conversational_dataset(tmp_path):
+    from datasets import load_dataset
+    from trl.data_utils import is_conversational
+
+    train, held_out = task.splits(0, n_train=30, n_test=10)
+    data = load_dataset(str(write_dataset(tmp_path, train, held_out)))
+    assert data["train"].num_rows == 30 and data["test"].num_rows == 10
+    assert is_conversational(data["train"][0])
+    assert data["test"][0]["messages"] == held_out[0].messages()
+
+
+def test_recipe_is_read_by_trl_as_the_training_script_reads_it(tmp_path):
+    """The files the demo writes: TRL's parser takes the recipe with the script's
+    dataclasses, and the Accelerate config is FSDP version 2 over two processes."""
+    from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
+
+    args = parse_args(["--quick", "--out", str(tmp_path)])
+    recipe = launch.write_yaml(tmp_path / "sft.yaml", training_config(args, tmp_path, processes=2))
+    script, sft, model = TrlParser((ScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config(
+        ["--config", str(recipe)])
+    assert script.dataset_name == str(tmp_path / "data") and model.model_name_or_path == str(tmp_path / "base")
+    assert sft.per_device_train_batch_size * 2 == 64 and sft.max_steps == 12
+    assert sft.bf16 and sft.assistant_only_loss and sft.device.type == "neuron"
+    assert sft.pad_to_multiple_of is None  # hf_integration adaptation 13
+    fsdp = launch.write_yaml(tmp_path / "fsdp2.yaml", launch.FSDP2)
+    import yaml
+
+    config = yaml.safe_load(fsdp.read_text())
+    assert config["distributed_type"] == "FSDP" and config["fsdp_config"]["fsdp_version"] == 2
+    assert config["fsdp_config"]["fsdp_state_dict_type"] == "FULL_STATE_DICT"
+
+
+def test_help_and_bad_arguments(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--help"])
+    assert e.value.code == 0
+    help_ = capsys.readouterr().out
+    assert "--device" in help_ and "--cores" in help_ and "--quick" in help_
+    for bad, says in ((["--cores", "3"], "must divide the global batch"), (["--steps", "0"], "at least 1"),
+                      (["--device", "gpu"], "invalid choice")):
+        with pytest.raises(SystemExit) as e:
+            parse_args(bad)
+        assert e.value.code == 2, bad
+        assert says in capsys.readouterr().err, bad
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo") / "checkpoint"
+    out = tmp_path_factory.mktemp("demo") / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "torchneuron.demo", "--quick", "--device", "neuron", "--out", str(out)],
-        capture_output=True, text=True, timeout=180, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        [sys.executable, "-m", "torchneuron.demo", "--quick", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, HF_HUB_OFFLINE="1"),
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return proc.stdout, out
 
 
 def accuracy(label, stdout):
-    m = re.search(rf"{label}: ([0-9.]+)% \((\d+)/(\d+) exactly right\)", stdout)
+    m = re.search(rf"{re.escape(label)}[^\n]*? ([0-9.]+)% \((\d+)/(\d+) exactly right\)", stdout)
     assert m, f"no '{label}' accuracy line in:\n{stdout}"
     return int(m.group(2)), int(m.group(3))
 
 
-def test_quick_run_prints_accuracy_before_and_after_training(quick_run):
+def test_quick_run_trains_with_fsdp2_on_two_cores(quick_run):
+    stdout, out = quick_run
+    assert "on 2 neuron cores, one process each, FSDP2" in stdout
+    assert re.search(r"\$ accelerate launch --config_file \S+accelerate_fsdp2.yaml --num_processes 2 .*"
+                     r"-m torchneuron.demo.sft --config \S+sft.yaml", stdout), stdout
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["processes"] == 2 and report["distributed_type"] == "FSDP"
+    assert report["device"] == "neuron:0" and report["mixed_precision"] == "bf16"
+    assert report["steps"] == 12 and report["train_tokens"] > 0
+    assert len(report["peak_memory_bytes"]) == 2 and all(b > 0 for b in report["peak_memory_bytes"])
+    losses = [loss for _, loss in report["losses"]]
+    assert losses[-1] < losses[0]
+    assert re.search(r"training: \d+ tokens in [0-9.]+s, \d+ tokens/s \(2 x neuron, FSDP, bf16\)", stdout), stdout
+    assert re.search(r"peak device memory in training: core 0: [0-9.]+ MiB, core 1: [0-9.]+ MiB", stdout), stdout
+
+
+def test_quick_run_prints_accuracy_before_and_after(quick_run):
     stdout, _ = quick_run
-    _, n = accuracy("before training", stdout)
-    assert n == 64
-    accuracy("after training", stdout)
-    assert re.search(r"step +40/40 +loss [0-9.]+ .*steps/s", stdout), stdout
-    assert re.search(r"generation: \d+ tokens/s", stdout), stdout
-    assert "peak device memory" in stdout and "ops copied to the CPU: none" in stdout, stdout
+    assert accuracy("held-out accuracy before training", stdout)[1] == 64
+    cpu = accuracy("device_map='cpu'", stdout)
+    assert accuracy("device_map='neuron'", stdout) == cpu
+    assert re.search(r"held-out accuracy: [0-9.]+% before training, [0-9.]+% after", stdout), stdout
+
+
+def test_reloaded_checkpoint_generates_the_same_on_cpu_and_neuron(quick_run):
+    stdout, _ = quick_run
+    assert "completions identical on cpu and neuron: 64/64" in stdout, stdout
 
 
 def test_quick_run_saves_a_standard_checkpoint(quick_run):
-    _, out = quick_run
-    for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                 "tokenizer_config.json"):
-        assert (out / name).is_file(), name
-
-
-def test_reloaded_model_scores_as_before_saving(quick_run):
-    stdout, _ = quick_run
-    m = re.search(r"reloaded onto (\S+): ([0-9.]+)% \((\d+)/(\d+) exactly right\); "
-                  r"completions identical", stdout)
-    assert m, stdout
-    assert m.group(1) == "neuron:0"
-    assert (int(m.group(3)), int(m.group(4))) == accuracy("after training", stdout)
-
-
-def test_checkpoint_loads_with_device_map_neuron(quick_run):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _, out = quick_run
+    for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                 "tokenizer_config.json", "chat_template.jinja"):
+        assert (out / name).is_file(), name
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out, device_map="neuron")
-    assert type(model).__name__ == "Qwen3ForCausalLM"
-    assert model.config._attn_implementation == "sdpa"
+    assert type(model).__name__ == "Qwen3ForCausalLM" and model.dtype == torch.float32
     assert all(p.device.type == "neuron" for p in model.parameters())
-    enc = tok(["1+2=", "12+34="], padding=True, return_tensors="pt").to("neuron")
+    prompt = tok.apply_chat_template(task.Problem(1, 2).messages(with_answer=False), add_generation_prompt=True,
+                                     return_tensors="pt", return_dict=True).to("neuron")
     with torch.no_grad():
-        got = model.generate(**enc, max_new_tokens=4)
-    assert got.device.type == "neuron" and got.shape[0] == 2
+        got = model.generate(**prompt, max_new_tokens=4)
+    assert got.device.type == "neuron" and got.shape[1] > prompt["input_ids"].shape[1]

@@ -222,8 +222,9 @@ def test_dpo_default_config_matches_cpu(tmp_path):
 def test_trl_sft_command_line_trains_on_neuron_offline(tmp_path):
     """`trl sft` on a local model and a local JSON-lines dataset, as the TRL docs
     show it; its losses are the in-process SFTTrainer's on neuron. It goes through
-    `accelerate launch`, which starts one process per neuron core: until the
-    `neuron` process-group backend exists, `--num_processes 1` keeps it to one."""
+    `accelerate launch`, which starts one process per neuron core; `--num_processes
+    1` keeps it to one, so its losses compare with one in-process run (two
+    processes: tests/test_hf_accelerate_launch.py and the main job)."""
     path = saved_model(tmp_path)
     data = tmp_path / "data"
     data.mkdir()
@@ -249,3 +250,36 @@ def test_trl_sft_command_line_trains_on_neuron_offline(tmp_path):
     trainer.train()
     assert args.device.type == "neuron"
     torch.testing.assert_close(cli_losses, losses(trainer), atol=1e-6, rtol=1e-6)
+
+
+def test_pad_to_multiple_of_auto_pads_nothing_on_neuron(tmp_path):
+    """hf_integration adaptation 13: TRL's default `pad_to_multiple_of="auto"` pads
+    to 128 tokens on neuron (for AWS's compiler); torchneuron runs eagerly, so it
+    resolves to None as on other devices, and the collator pads each batch to
+    its longest row. TRL's own answer is still 128 (kept with torch_compile=True):
+    if an upgrade stops padding on neuron, this test fails and the adaptation can go."""
+    out = str(tmp_path)
+    assert SFTConfig(output_dir=out).pad_to_multiple_of is None
+    assert DPOConfig(output_dir=out).pad_to_multiple_of is None
+    assert SFTConfig(output_dir=out, torch_compile=True).pad_to_multiple_of == 128  # TRL's own "auto"
+    assert SFTConfig(output_dir=out, pad_to_multiple_of=64).pad_to_multiple_of == 64
+    assert SFTConfig(output_dir=out, use_cpu=True).pad_to_multiple_of is None
+    args = SFTConfig(output_dir=out, report_to="none")
+    trainer = SFTTrainer(model=tiny_model(tiny_tokenizer()), args=args, train_dataset=chat_dataset(),
+                         processing_class=tiny_tokenizer())
+    batch = next(iter(trainer.get_train_dataloader()))
+    longest = max(len(trainer.train_dataset[i]["input_ids"]) for i in range(len(trainer.train_dataset)))
+    assert batch["input_ids"].shape[1] <= longest < 128
+
+
+def test_sft_torch_compile_with_default_gradient_checkpointing_matches_eager(tmp_path):
+    """`torch_compile=True` with SFTConfig's defaults (gradient checkpointing, bf16):
+    the recomputed attention goes through PyTorch's RNG-state ops
+    (`run_and_save_rng_state`, which refused any device but cuda/cpu/hpu/xpu;
+    torchneuron/compile/rng_prims.py). Losses equal the eager run's."""
+    _, eager, _ = sft_run("neuron", tmp_path, text_dataset())
+    dev, compiled, _ = sft_run("neuron", tmp_path, text_dataset(), args=dict(torch_compile=True))
+    assert dev.args.gradient_checkpointing and dev.args.torch_compile_backend == "neuron"
+    programs = [p for r in torchneuron.compile_metrics() for p in r["programs"].values()]
+    assert any(p.get("executor") == "compiler" for p in programs), programs
+    torch.testing.assert_close(compiled, eager, **BF16_TOL)

@@ -30,6 +30,9 @@ Dynamo is already loaded:
 5. `torch.compiler._cache`: the "neuron_program" artifact type (cache.py), so
    that `torch.compiler.save_cache_artifacts()` carries the program cache's
    entries and `load_cache_artifacts()` writes them into this process's cache.
+6. `torch._prims.rng_prims`: `run_and_save_rng_state` / `run_with_rng_state`,
+   which compiled activation checkpointing uses around random ops, run on
+   neuron (rng_prims.py); PyTorch's table of devices refuses any other.
 
 Dynamo takes ~2 s to import and `import torch` autoloads torchneuron, so this
 waits: a `sys.meta_path` finder runs the original loader of those modules and
@@ -88,6 +91,12 @@ def _decorators_loaded(decorators):
         decorators.skip(getattr(_random, name))  # marks the function itself
 
 
+def _rng_prims_loaded(module):
+    from .rng_prims import register
+
+    register(module)
+
+
 def _portable_cache_loaded(module):
     from .cache import register_artifact_type
 
@@ -100,6 +109,7 @@ _HOOKS = {
     "torch._inductor.codegen.common": _inductor_codegen_loaded,
     "torch._dynamo.decorators": _decorators_loaded,
     "torch.compiler._cache": _portable_cache_loaded,
+    "torch._prims.rng_prims": _rng_prims_loaded,
 }
 _done = set()
 

@@ -1,19 +1,24 @@
-"""The main job's demo: fine-tune a small Qwen3 on `neuron`, end to end.
+"""The main job's demo: fine-tune a small Qwen3 chat model with TRL on two
+neuron cores, end to end.
 
-    python -m torchneuron.demo [--steps N] [--device neuron] [--out DIR] [--seed S] [--quick]
+    python -m torchneuron.demo [--steps N] [--device neuron|cpu] [--cores 2] [--out DIR] [--seed S] [--quick]
 
-It builds a small Qwen3-architecture model (`transformers.Qwen3ForCausalLM`
-from a `Qwen3Config`, fresh random weights: fine-tuning a freshly built model,
-since nothing can be downloaded) and fine-tunes it on a task it generates
-itself, whose answers can be checked: adding two numbers ("27+58=" -> "85").
-It prints held-out accuracy by greedy generation before and after training,
-saves a standard Transformers checkpoint (safetensors weights, config,
-tokenizer), reloads it with `from_pretrained(..., device_map="neuron")`,
-checks that the reloaded model scores the same, and prints examples,
-generation speed in tokens per second and the device's peak memory.
+It generates a chat dataset whose answers it can check (the user asks "What is
+27+58?", the assistant answers "85"), in the conversational `messages` format;
+builds a Qwen3 chat model (`transformers.Qwen3ForCausalLM` from a `Qwen3Config`,
+fresh random weights, since nothing can be downloaded) with a chat tokenizer of
+its own, and saves both as the starting checkpoint. Then it fine-tunes with a
+standard TRL script (`sft.py`: `SFTConfig`, `SFTTrainer`, as TRL's own example)
+under `accelerate launch` with Accelerate's FSDP2 config, one process per
+neuron core, writes a standard Transformers checkpoint, reloads it on CPU and
+on neuron, and prints held-out accuracy before and after, whether the two
+devices' greedy completions agree, training tokens per second and each core's
+peak memory. `--device cpu` runs the same script in one CPU process as a
+reference.
 
-One concept per module: `task` (problems, splits, the checker), `tokenizer`
-(a character-level Transformers tokenizer), `model` (the Qwen3 config),
-`train` (the fine-tune loop), `evaluate` (generation-based accuracy), and
-`__main__` (the command line).
+One concept per module: `task` (problems, splits, the checker), `tokenizer`,
+`dataset` (the files TRL loads), `model` (the Qwen3 config), `sft` (the
+training script) with `report` (its callback), `launch` (the configs and the
+launch command), `evaluate` (accuracy by greedy generation), and `__main__`
+(the command line).
 """

@@ -1,4 +1,5 @@
-"""Held-out accuracy by greedy generation, and generation speed."""
+"""Held-out accuracy by greedy generation of the assistant's reply, and
+generation speed."""
 import time
 from dataclasses import dataclass
 
@@ -9,10 +10,10 @@ from .task import answer_length, check
 
 @dataclass
 class Result:
-    completions: list  # generated text after each prompt, up to <eos>
+    completions: list  # the assistant's reply to each question, up to its end of turn
     correct: int  # completions exactly right
     accuracy: float  # correct / number of problems
-    new_tokens: int  # generated tokens up to and including each row's first <eos>
+    new_tokens: int  # generated tokens up to and including each row's first end of turn
     seconds: float  # wall time of the generate() calls, results on the host
 
     @property
@@ -20,16 +21,23 @@ class Result:
         return self.new_tokens / self.seconds
 
 
+def prompts(tokenizer, problems):
+    """The chat template applied to each question, ending where the assistant's turn begins."""
+    return [tokenizer.apply_chat_template(p.messages(with_answer=False), add_generation_prompt=True,
+                                          tokenize=False) for p in problems]
+
+
 @torch.no_grad()
-def evaluate(model, tokenizer, problems, device, batch_size=128, max_new_tokens=answer_length() + 1):
-    """Generates an answer for each problem greedily, in left-padded batches,
-    with room for the longest possible answer and its <eos>."""
-    prompts = [p.prompt for p in problems]
+def evaluate(model, tokenizer, problems, batch_size=128, max_new_tokens=answer_length() + 1):
+    """Generates a reply to each problem greedily, in left-padded batches on the
+    model's device, with room for the longest possible answer and its end of turn."""
+    texts = prompts(tokenizer, problems)
     model.eval()
     eos = tokenizer.eos_token_id
     completions, new_tokens, seconds = [], 0, 0.0
-    for i in range(0, len(prompts), batch_size):
-        enc = tokenizer(prompts[i:i + batch_size], padding=True, return_tensors="pt").to(device)
+    for i in range(0, len(texts), batch_size):
+        enc = tokenizer(texts[i:i + batch_size], padding=True, padding_side="left", return_tensors="pt",
+                        add_special_tokens=False).to(model.device)
         start = time.perf_counter()
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False).cpu()
         seconds += time.perf_counter() - start
@@ -37,8 +45,8 @@ def evaluate(model, tokenizer, problems, device, batch_size=128, max_new_tokens=
             # Rows that stopped early are padded; the padding is not counted.
             n = row.index(eos) + 1 if eos in row else len(row)
             new_tokens += n
-            # Special tokens other than the final <eos> stay in the text, so an
-            # answer with a stray <pad> in it counts as wrong.
+            # Special tokens other than the final end of turn stay in the text, so
+            # a reply with a stray one in it counts as wrong.
             completions.append(tokenizer.decode(row[:n - 1] if eos in row else row))
-    correct = sum(map(check, prompts, completions))
-    return Result(completions, correct, correct / len(prompts), new_tokens, seconds)
+    correct = sum(check(p.question, c) for p, c in zip(problems, completions))
+    return Result(completions, correct, correct / len(problems), new_tokens, seconds)

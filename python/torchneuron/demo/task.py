@@ -1,13 +1,18 @@
-"""The synthetic task: addition of two whole numbers, written in decimal.
+"""The synthetic task: a chat where the user asks for the sum of two whole
+numbers and the assistant answers with it.
 
-A problem is the prompt "27+58=" and its answer "85". The problems come from a
-seed, so every run sees the same train and held-out splits, and the two are
-disjoint (no held-out problem is ever trained on).
+A problem is the question "What is 27+58?" and its answer "85". The problems
+come from a seed, so every run sees the same train and held-out splits, and the
+two are disjoint (no held-out problem is ever trained on).
 """
 import random
+import re
 from dataclasses import dataclass
 
-ALPHABET = "0123456789+="
+# Every character a conversation's text can hold (the tokenizer's alphabet).
+ALPHABET = "0123456789+?= Whatis"
+
+_QUESTION = re.compile(r"What is (\d+)\+(\d+)\?")
 
 
 @dataclass(frozen=True)
@@ -16,32 +21,37 @@ class Problem:
     b: int
 
     @property
-    def prompt(self) -> str:
-        return f"{self.a}+{self.b}="
+    def question(self) -> str:
+        return f"What is {self.a}+{self.b}?"
 
     @property
     def answer(self) -> str:
         return str(self.a + self.b)
 
-
-def parse(prompt: str) -> Problem:
-    """The problem a prompt states; ValueError if it is not "<a>+<b>="."""
-    if not prompt.endswith("=") or prompt.count("+") != 1:
-        raise ValueError(f"not an addition prompt: {prompt!r}")
-    a, b = prompt[:-1].split("+")
-    if not (a.isdigit() and b.isdigit()):
-        raise ValueError(f"not an addition prompt: {prompt!r}")
-    return Problem(int(a), int(b))
+    def messages(self, with_answer=True):
+        """The conversation in the `messages` format of chat datasets."""
+        chat = [{"role": "user", "content": self.question}]
+        if with_answer:
+            chat.append({"role": "assistant", "content": self.answer})
+        return chat
 
 
-def check(prompt: str, completion: str) -> bool:
-    """Whether `completion` (the text generated after the prompt) is exactly
-    the right answer: no other characters, no leading zeros."""
-    return completion == parse(prompt).answer
+def parse(question: str) -> Problem:
+    """The problem a question states; ValueError if it is not "What is <a>+<b>?"."""
+    m = _QUESTION.fullmatch(question)
+    if m is None:
+        raise ValueError(f"not an addition question: {question!r}")
+    return Problem(int(m.group(1)), int(m.group(2)))
+
+
+def check(question: str, completion: str) -> bool:
+    """Whether `completion` (the assistant's reply, up to its end-of-turn) is
+    exactly the right answer: no other characters, no leading zeros."""
+    return completion == parse(question).answer
 
 
 def answer_length(digits: int = 2) -> int:
-    """The most characters an answer can have, e.g. 3 for "99+99=" -> "198"."""
+    """The most characters an answer can have, e.g. 3 for 99+99 -> "198"."""
     return len(str(2 * (10 ** digits - 1)))
 
 

@@ -20,6 +20,24 @@
    Strings like "2GB" are converted in place, as Accelerate does (Transformers
    relies on that side effect).
 
+Checked and left alone (accelerate 1.15.0, torch 2.13.0):
+
+- `accelerate launch --num_processes N` with Accelerate's DDP config
+  (`distributed_type: MULTI_NEURON`, as `accelerate config default` writes it
+  here, or `MULTI_GPU`) and FSDP2 config (`distributed_type: FSDP`,
+  `fsdp_version: 2`): with 1, `PartialState` picks backend "neuron" and
+  `DistributedType.MULTI_NEURON`; torchneuron registers that process-group
+  backend when torch loads, and each launched process starts on core
+  `LOCAL_RANK` (docs/distributed.md), which is what `set_device()` reads from
+  `torch.neuron.current_device()`. `fsdp2_load_full_state_dict` (FSDP's
+  `cpu_ram_efficient_loading`) moves weights to `device_mesh.device_type`,
+  i.e. the process's own core. tests/test_hf_accelerate_launch.py launches both
+  configs and compares with one device.
+- `gather_object` / `broadcast_object_list` take Accelerate's neuron variants
+  (`_neuron_gather_object`), which pad the pickled bytes to at least 1 MiB so
+  that AWS's compiler sees few shapes. torchneuron compiles nothing for a
+  collective, so the padding only costs a 1 MiB exchange per call; they are
+  not on the per-step path of Trainer or SFTTrainer, so this is left as it is.
 """
 import torch
 
