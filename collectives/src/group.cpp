@@ -66,12 +66,6 @@ std::string segment_name(const std::string& group) {
   return "/neuroncoll-" + safe + tail;
 }
 
-std::string ranks_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
-  return s;
-}
-
 }  // namespace
 
 const char* kind_name(Kind kind) {
@@ -89,6 +83,17 @@ const char* kind_name(Kind kind) {
     case Kind::kDirectCheck: return "direct access check";
   }
   return "?";
+}
+
+std::string Group::Impl::who(int r) const {
+  const auto& labels = options.rank_labels;
+  return "rank " + std::to_string(r >= 0 && r < static_cast<int>(labels.size()) ? labels[r] : r);
+}
+
+std::string Group::Impl::who_list(const std::vector<int>& ranks) const {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + who(r).substr(5);
+  return s;
 }
 
 void slice_of(size_t count, size_t elem_size, int n, int r, size_t* begin, size_t* end) {
@@ -109,10 +114,10 @@ Status Group::Impl::wait_all(uint32_t target, const char* what) {
   }
   if (missing.empty()) return {};
   broken = Status(Code::kTimeout,
-                  std::string(what) + " (group '" + options.name + "', rank " +
-                      std::to_string(rank()) + ", collective #" + std::to_string(seq) +
+                  std::string(what) + " (group '" + options.name + "', " + who(rank()) +
+                      ", collective #" + std::to_string(seq) +
                       "): timed out after " + std::to_string(options.timeout.count()) +
-                      " ms waiting for rank(s) " + ranks_list(missing) +
+                      " ms waiting for rank(s) " + who_list(missing) +
                       " (not arrived: dead, hung, or calling another collective)");
   return broken;
 }
@@ -145,7 +150,7 @@ Status Group::Impl::begin(const char* what) {
 }
 
 Status Group::Impl::invalid(Descriptor& desc, const std::string& message) {
-  desc.invalid = 1;
+  desc.invalid = kInvalidArgs;
   std::snprintf(desc.message, sizeof(desc.message), "%s", message.c_str());
   return {Code::kInvalidArgument, message};
 }
@@ -165,22 +170,24 @@ Status Group::Impl::exchange(Descriptor& desc) {
   std::memcpy(static_cast<void*>(&slot(rank()).desc), &desc, sizeof(Descriptor));
   NEURONCOLL_RETURN_IF_ERROR(round(what));
   // Every rank builds the same verdict from the same descriptors.
-  std::string invalid_ranks;
+  std::string invalid_ranks, failed_ranks;
   bool differ = false;
   const Descriptor& d0 = slot(0).desc;
   for (int p = 0; p < size(); ++p) {
     const Descriptor& d = slot(p).desc;
-    if (d.invalid) {
-      invalid_ranks += std::string(invalid_ranks.empty() ? "" : "; ") + "rank " +
-                       std::to_string(p) + ": " + d.message;
-    }
+    std::string& list = d.invalid == kFailed ? failed_ranks : invalid_ranks;
+    if (d.invalid) list += std::string(list.empty() ? "" : "; ") + who(p) + ": " + d.message;
     if (d.seq != d0.seq || d.kind != d0.kind || d.dtype != d0.dtype || d.uses_op != d0.uses_op ||
         (d.uses_op && d.op != d0.op) || d.count != d0.count || d.root != d0.root) {
       differ = true;
     }
   }
   Status result;
-  if (!invalid_ranks.empty()) {
+  if (desc.invalid == kFailed) {
+    result = Status(Code::kAborted, std::string("failed: ") + desc.message);
+  } else if (!failed_ranks.empty()) {
+    result = Status(Code::kPeerError, std::string(what) + ": " + failed_ranks);
+  } else if (!invalid_ranks.empty()) {
     result = desc.invalid ? Status(Code::kInvalidArgument, std::string(what) + ": " + desc.message)
                           : Status(Code::kPeerError, std::string(what) + ": invalid arguments on " +
                                                          invalid_ranks);
@@ -188,7 +195,7 @@ Status Group::Impl::exchange(Descriptor& desc) {
     std::string m = std::string(what) + " (group '" + options.name +
                     "'): ranks called different collectives or arguments:";
     for (int p = 0; p < size(); ++p) {
-      m += std::string(p ? ";" : "") + " rank " + std::to_string(p) + ": " + describe(slot(p).desc);
+      m += std::string(p ? "; " : " ") + who(p) + ": " + describe(slot(p).desc);
     }
     result = Status(Code::kMismatch, m);
   }
@@ -236,7 +243,7 @@ Status Group::Impl::check_direct(const char* what, std::vector<char*>* in,
     // Only the buffers a rank described (uid 0: not needed by this collective).
     Status s = d.in.uid ? arenas.resolve(d.in, &pi) : Status();
     if (s.ok() && d.out.uid) s = arenas.resolve(d.out, &po);
-    if (!s.ok()) failure = "rank " + std::to_string(p) + "'s buffers: " + s.message();
+    if (!s.ok()) failure = who(p) + "'s buffers: " + s.message();
     (*in)[p] = static_cast<char*>(pi);
     (*out)[p] = static_cast<char*>(po);
   }
@@ -247,8 +254,7 @@ Status Group::Impl::check_direct(const char* what, std::vector<char*>* in,
   std::string failures;
   for (int p = 0; p < size(); ++p) {
     if (slot(p).direct_failed) {
-      failures += std::string(failures.empty() ? "" : "; ") + "rank " + std::to_string(p) +
-                  " cannot map " + slot(p).direct_message;
+      failures += std::string(failures.empty() ? "" : "; ") + who(p) + " cannot map " + slot(p).direct_message;
     }
   }
   if (failures.empty()) return {};
@@ -405,6 +411,19 @@ Status Group::send(const void* buffer, size_t count, DType dtype, int peer, int 
 Status Group::recv(void* buffer, size_t count, DType dtype, int peer, int tag) {
   return impl_->recv(buffer, count, dtype, peer, tag);
 }
+Status Group::fail(const std::string& message) {
+  NEURONCOLL_RETURN_IF_ERROR(impl_->begin("fail"));
+  NEURONCOLL_RETURN_IF_ERROR(impl_->acquire("fail"));
+  Descriptor d;
+  d.kind = Kind::kBarrier;
+  d.invalid = kFailed;
+  std::snprintf(d.message, sizeof(d.message), "%s", message.c_str());
+  Status s = impl_->exchange(d);
+  // exchange() reports this rank's own failure as kAborted once the peers
+  // have seen it; anything else is the round's own error.
+  return s.code() == Code::kAborted ? Status() : s;
+}
+
 Status Group::barrier() {
   NEURONCOLL_RETURN_IF_ERROR(impl_->begin("barrier"));
   Descriptor d;

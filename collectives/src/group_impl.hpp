@@ -30,6 +30,10 @@ enum class Kind : uint32_t {
 };
 const char* kind_name(Kind kind);
 
+// Descriptor::invalid: the rank found its own arguments invalid, or it only
+// reports a failure (Group::fail).
+inline constexpr uint32_t kInvalidArgs = 1, kFailed = 2;
+
 // What one rank says it is calling; compared across ranks before any data is used.
 struct Descriptor {
   uint64_t seq = 0;  // collectives issued on this group so far
@@ -41,7 +45,7 @@ struct Descriptor {
   uint64_t count = 0;
   double scale = 1.0;               // this rank's PREMUL_SUM factor
   transport::ArenaRef in, out;      // where this rank's buffers live, if in an arena
-  uint32_t invalid = 0;             // this rank found its own arguments invalid
+  uint32_t invalid = 0;             // kInvalidArgs or kFailed: this rank's call fails
   char message[200] = {};           // ... and why
 };
 
@@ -137,6 +141,9 @@ struct Group::Impl {
   Status begin(const char* what);  // aborted group check
   Status invalid(Descriptor& desc, const std::string& message);
   std::string describe(const Descriptor& d) const;
+  // "rank <label>" of rank index `r` (GroupOptions::rank_labels).
+  std::string who(int r) const;
+  std::string who_list(const std::vector<int>& ranks) const;
 
   // Collectives (src/algorithms/).
   Status all_reduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op, double scale);

@@ -64,6 +64,35 @@ TEST(Faults, DTypeOpAndKindMismatch) {
   EXPECT_EQ(nctest::failures(results), "");
 }
 
+// A rank that failed elsewhere (between hosts) ends its peers' collective
+// with its message; messages name ranks by their labels; the group goes on.
+TEST(Faults, FailReachesPeersByLabel) {
+  nctest::Options o;
+  o.size = 3;
+  o.rank_labels = {4, 6, 9};
+  const auto results = nctest::run_threads(o, [](Ctx& c) -> std::string {
+    NC_NEED_GROUP(c);
+    std::vector<float> buf(5000, 1.f);
+    Status s = c.rank == 0 ? c.group->fail("between hosts: connection reset")
+                           : c.group->broadcast(buf.data(), buf.size(), DType::kFloat32, 0);
+    if (c.rank == 0) {
+      NC_CHECK_OK(s);
+    } else {
+      NC_CHECK(s.code() == Code::kPeerError &&
+                   has(s.message(), "rank 4: between hosts: connection reset"),
+               s.to_string());
+    }
+    const size_t count = c.rank == 2 ? 3 : 2;
+    s = c.group->all_reduce(buf.data(), buf.data(), count, DType::kFloat32, ReduceOp::kSum);
+    NC_CHECK(s.code() == Code::kMismatch && has(s.message(), "rank 9: all_reduce float32 SUM count 3"),
+             s.to_string());
+    NC_CHECK_OK(c.group->all_reduce(buf.data(), buf.data(), 2, DType::kFloat32, ReduceOp::kSum));
+    NC_CHECK(buf[1] == 3.f, "after the failure");
+    return "";
+  });
+  EXPECT_EQ(nctest::failures(results), "");
+}
+
 TEST(Faults, InvalidArgumentsOnOneRankReachEveryRank) {
   nctest::Options o;
   o.size = 3;

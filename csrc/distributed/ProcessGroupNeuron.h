@@ -1,6 +1,6 @@
 // torch.distributed's "neuron" backend: a c10d::Backend whose collectives
-// run neuroncoll (collectives/) on the raw device buffers of the ranks of
-// one host.
+// run on the raw device buffers: neuroncoll (collectives/, shared memory)
+// between the ranks of a host, gloo between hosts (Communicator.h).
 //
 // Ordering: each group owns one queue, a runtime stream of its own on the
 // group's device. A collective is queued there behind an event of the
@@ -22,6 +22,7 @@
 #include <mutex>
 #include <vector>
 
+#include "csrc/distributed/Communicator.h"
 #include "csrc/distributed/NeuronWork.h"
 #include "csrc/distributed/TensorStaging.h"
 #include "neuroncoll/group.hpp"
@@ -33,8 +34,11 @@ class ProcessGroupNeuron final : public c10d::Backend {
  public:
   // Meets the other ranks through `store` (every rank of the group
   // constructs its backend); `timeout` bounds every wait of the group.
+  // `topology` says which ranks share a host; on several hosts `groups` are
+  // the gloo groups between them.
   ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                     std::chrono::milliseconds timeout, const std::string& group_name);
+                     std::chrono::milliseconds timeout, const std::string& group_name,
+                     HostTopology topology, InterHostGroups groups);
   ~ProcessGroupNeuron() override;
 
   const std::string getBackendName() const override { return "neuron"; }
@@ -97,9 +101,10 @@ class ProcessGroupNeuron final : public c10d::Backend {
 
   // Which paths this rank's collectives took (tests, profiling).
   neuroncoll::GroupStats stats() const;
+  const HostTopology& topology() const { return group_->topology(); }
 
  private:
-  using Body = std::function<void(neuroncoll::Group&)>;
+  using Body = std::function<void(Communicator&)>;
   // Queues `body` on the group's queue behind the current stream of
   // `device`; the work completes with `outputs`.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
@@ -121,7 +126,7 @@ class ProcessGroupNeuron final : public c10d::Backend {
   // enqueue or when the group is destroyed, never on the worker.
   void retire(c10::intrusive_ptr<c10d::Work> work);
 
-  std::unique_ptr<neuroncoll::Group> group_;
+  std::unique_ptr<Communicator> group_;
   mutable std::mutex mu_;
   nrtStream_t queue_ = nullptr;
   c10::DeviceIndex device_ = -1;
@@ -134,7 +139,7 @@ class ProcessGroupNeuron final : public c10d::Backend {
     int peer, tag;
     neuroncoll::DType dtype;
   };
-  static void run_p2p_batch(neuroncoll::Group& g, const std::vector<P2P>& ops, int size);
+  static void run_p2p_batch(Communicator& c, const std::vector<P2P>& ops);
   bool coalescing_ = false;
   std::vector<P2P> coalesced_p2p_;
   c10::DeviceIndex coalesced_device_ = -1;

@@ -1,5 +1,6 @@
 """Every collective of the neuron backend against a reference computed on CPU from the
 inputs every rank can rebuild (seeded by rank). Usage: collectives.py INIT_MODE."""
+import os
 import sys
 
 import torch
@@ -240,11 +241,13 @@ def main():
     check(torch.neuron.current_device() == local_rank,
           f"threads start on the local rank's core: {torch.neuron.current_device()}")
     check("neuron" in str(dist.get_backend()), f"backend {dist.get_backend()}")
-    check(torch.neuron.device_count() == max(2, world), f"{torch.neuron.device_count()} cores")
+    local_world = int(os.environ["LOCAL_WORLD_SIZE"])
+    check(torch.neuron.device_count() == max(2, local_world), f"{torch.neuron.device_count()} cores")
     all_reduce_every_op(rank, world, dev)
     stats = dist.distributed_c10d._get_default_group()._get_backend(dev)._stats()
-    check(stats["small_all_reduces"] > 0 and stats["chunked_all_reduces"] > 0,
-          f"both all_reduce paths ran: {stats}")
+    if local_world == world:  # on several hosts a host's ranks reduce to one of them instead
+        check(stats["small_all_reduces"] > 0 and stats["chunked_all_reduces"] > 0,
+              f"both all_reduce paths ran: {stats}")
     data_movement(rank, world, dev)
     all_to_all_uneven(rank, world, dev)
     point_to_point(rank, world, dev)

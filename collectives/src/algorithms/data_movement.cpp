@@ -169,8 +169,8 @@ Status Group::Impl::all_to_all(const void* in, const size_t* send_counts, void* 
     const auto* t = reinterpret_cast<const uint64_t*>(staging(q));
     for (int p = 0; p < n; ++p) {
       if (t[n + p] != sends[size_t(p) * n + q] && disagree.size() < 400) {
-        disagree += " rank " + std::to_string(p) + " sends " +
-                    std::to_string(sends[size_t(p) * n + q]) + " to rank " + std::to_string(q) +
+        disagree += " " + who(p) + " sends " + std::to_string(sends[size_t(p) * n + q]) +
+                    " to " + who(q) +
                     ", which expects " + std::to_string(t[n + p]) + ";";
       }
     }
