@@ -225,3 +225,12 @@ def test_ranks_in_separate_network_namespaces_are_separate_hosts(two_network_nam
     codes, out = torchrun_nodes("multi_host.py", "quick", "2", nodes=nodes, nproc=1,
                                 master_addr=two_network_namespaces[0][2])
     assert_multi_host_run(codes, out, 2)
+
+
+def test_abort_and_destroy_release_a_rank_stuck_in_a_collective():
+    code, out = torchrun("abort.py", nproc=2, timeout=150)
+    assert code == 0, out[-8000:]
+    for r in range(2):
+        for how in ("abort", "destroy"):
+            assert f"rank {r}: {how} releases a stuck collective OK" in out, out[-8000:]
+        assert f"rank {r}: re-init after abort and destroy OK" in out, out[-8000:]

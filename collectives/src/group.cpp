@@ -110,15 +110,23 @@ Status Group::Impl::wait_all(uint32_t target, const char* what) {
   std::vector<int> missing;
   for (int p = 0; p < size(); ++p) {
     if (p == rank()) continue;
-    if (!transport::wait_reached(slot(p).flag, target, deadline)) missing.push_back(p);
+    if (!transport::wait_reached(slot(p).flag, target, deadline, &aborted)) missing.push_back(p);
   }
   if (missing.empty()) return {};
-  broken = Status(Code::kTimeout,
-                  std::string(what) + " (group '" + options.name + "', " + who(rank()) +
-                      ", collective #" + std::to_string(seq) +
-                      "): timed out after " + std::to_string(options.timeout.count()) +
-                      " ms waiting for rank(s) " + who_list(missing) +
-                      " (not arrived: dead, hung, or calling another collective)");
+  return stopped_waiting(what, "rank(s) " + who_list(missing));
+}
+
+Status Group::Impl::stopped_waiting(const char* what, const std::string& waiting_for) {
+  const std::string where = std::string(what) + " (group '" + options.name + "', " +
+                            who(rank()) + ", collective #" + std::to_string(seq) + "): ";
+  if (aborted.load()) {
+    broken = Status(Code::kAborted, where + "the group was aborted while waiting for " + waiting_for);
+  } else {
+    broken = Status(Code::kTimeout, where + "timed out after " +
+                                        std::to_string(options.timeout.count()) +
+                                        " ms waiting for " + waiting_for +
+                                        " (not arrived: dead, hung, or calling another collective)");
+  }
   return broken;
 }
 
@@ -142,6 +150,9 @@ Status Group::Impl::acquire(const char* what) {
 }
 
 Status Group::Impl::begin(const char* what) {
+  if (aborted.load() && broken.ok()) {
+    broken = Status(Code::kAborted, "group '" + options.name + "' was aborted");
+  }
   if (!broken.ok()) {
     return {Code::kAborted, std::string(what) + ": group '" + options.name +
                                 "' failed earlier and is unusable: " + broken.to_string()};
@@ -411,6 +422,8 @@ Status Group::send(const void* buffer, size_t count, DType dtype, int peer, int 
 Status Group::recv(void* buffer, size_t count, DType dtype, int peer, int tag) {
   return impl_->recv(buffer, count, dtype, peer, tag);
 }
+void Group::abort() { impl_->aborted.store(true); }
+
 Status Group::fail(const std::string& message) {
   NEURONCOLL_RETURN_IF_ERROR(impl_->begin("fail"));
   NEURONCOLL_RETURN_IF_ERROR(impl_->acquire("fail"));

@@ -11,6 +11,7 @@
 // slow readers is paid at the next write, usually when it has already passed.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -94,6 +95,7 @@ struct Group::Impl {
   bool pending_release = false;
   uint64_t seq = 0;
   Status broken;  // first timeout; later calls return kAborted
+  std::atomic<bool> aborted{false};  // Group::abort(), from any thread
   transport::PeerArenas arenas;
   GroupStats stats;
 
@@ -139,6 +141,9 @@ struct Group::Impl {
   void reduce_staged(const Descriptor& d, size_t offset, void* out, size_t count);
 
   Status begin(const char* what);  // aborted group check
+  // A wait ended without its peers: by Group::abort(), else by the timeout.
+  // Breaks the group; `waiting_for` names the peers.
+  Status stopped_waiting(const char* what, const std::string& waiting_for);
   Status invalid(Descriptor& desc, const std::string& message);
   std::string describe(const Descriptor& d) const;
   // "rank <label>" of rank index `r` (GroupOptions::rank_labels).

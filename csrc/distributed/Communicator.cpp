@@ -42,6 +42,11 @@ Communicator::Communicator(const c10::intrusive_ptr<c10d::Store>& store, HostTop
 
 Communicator::~Communicator() = default;
 
+void Communicator::abort() {
+  local_->abort();
+  if (inter_) inter_->abort();
+}
+
 Status Communicator::all_reduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                                 double premul_factor) {
   if (inter_) return inter_->all_reduce(in, out, count, dtype, op, premul_factor);

@@ -3,7 +3,7 @@
 // memory); on several hosts a neuroncoll group per host and gloo between
 // hosts (InterHost.h). The calls are neuroncoll::Group's, in the group's
 // ranks, and return its Status values. Used by one thread at a time (the
-// process group's queue).
+// process group's queue), except abort().
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -61,6 +61,11 @@ class Communicator {
     int peer, tag;
   };
   Status p2p_batch(std::span<const P2P> ops);
+
+  // From any thread: the collective running (if any) and every later call
+  // fail with kAborted; waits in shared memory and gloo's point-to-point
+  // waits notice at once, a gloo collective between hosts at its timeout.
+  void abort();
 
  private:
   HostTopology topo_;

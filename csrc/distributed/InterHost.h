@@ -27,8 +27,10 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -83,6 +85,11 @@ class InterHost {
   Posted post(bool is_send, void* buffer, size_t count, DType dtype, int peer, int tag);
   Status finish(Posted& op);
 
+  // From any thread: point-to-point waits (agreement rounds, send/recv) end
+  // at once, everything later fails with kAborted. gloo collectives cannot
+  // be interrupted: they end at their timeout.
+  void abort();
+
  private:
   struct Call;
 
@@ -95,6 +102,9 @@ class InterHost {
   // Runs gloo calls; an exception becomes a failed Status (and breaks the group).
   Status gloo_step(const char* what, const std::function<void()>& body);
   Status begin(const char* what) const;
+  // Point-to-point works in flight, which abort() interrupts.
+  void track(const c10::intrusive_ptr<c10d::Work>& work);
+  void untrack(const c10::intrusive_ptr<c10d::Work>& work);
 
   // The inter-host half of all_reduce on a leader: `data` in place.
   void leaders_all_reduce(void* data, size_t count, DType dtype, ReduceOp op);
@@ -111,6 +121,9 @@ class InterHost {
   int rank_, size_;
   uint64_t seq_ = 0;
   Status broken_;
+  std::atomic<bool> aborted_{false};
+  std::mutex inflight_mu_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> inflight_;  // guarded by inflight_mu_
 };
 
 }  // namespace torchneuron

@@ -48,7 +48,27 @@ std::string InterHost::describe(const Call& c) const {
   return s + " (collective #" + std::to_string(c.seq) + ")";
 }
 
+void InterHost::abort() {
+  aborted_.store(true);
+  std::lock_guard<std::mutex> lock(inflight_mu_);
+  for (const auto& w : inflight_) w->abort();
+}
+
+void InterHost::track(const c10::intrusive_ptr<c10d::Work>& work) {
+  std::lock_guard<std::mutex> lock(inflight_mu_);
+  inflight_.push_back(work);
+  if (aborted_.load()) work->abort();
+}
+
+void InterHost::untrack(const c10::intrusive_ptr<c10d::Work>& work) {
+  std::lock_guard<std::mutex> lock(inflight_mu_);
+  std::erase(inflight_, work);
+}
+
 Status InterHost::begin(const char* what) const {
+  if (aborted_.load()) {
+    return {Code::kAborted, std::string(what) + ": group '" + name_ + "' was aborted"};
+  }
   if (broken_.ok()) return {};
   return {Code::kAborted, std::string(what) + ": group '" + name_ +
                               "' failed earlier and is unusable: " + broken_.to_string()};
@@ -57,8 +77,16 @@ Status InterHost::begin(const char* what) const {
 Status InterHost::gloo_step(const char* what, const std::function<void()>& body) {
   try {
     body();
-    return {};
+    if (!aborted_.load()) return {};
+    broken_ = Status(Code::kAborted, std::string(what) + " (group '" + name_ + "', rank " +
+                                         std::to_string(rank_) + "): the group was aborted");
+    return broken_;
   } catch (const std::exception& e) {
+    if (aborted_.load()) {
+      broken_ = Status(Code::kAborted, std::string(what) + " (group '" + name_ + "', rank " +
+                                           std::to_string(rank_) + "): the group was aborted");
+      return broken_;
+    }
     const std::string msg = e.what();
     const bool timed = msg.find("imed out") != std::string::npos;
     broken_ = Status(timed ? Code::kTimeout : Code::kSystemError,
@@ -78,6 +106,18 @@ Status InterHost::exchange(const std::string& mine, std::vector<std::string>* al
   std::memcpy(out.data_ptr(), mine.data(), mine.size());
   std::vector<at::Tensor> in(size_);
   std::vector<c10::intrusive_ptr<c10d::Work>> recvs(size_), sends(size_);
+  struct Untrack {
+    InterHost* self;
+    std::vector<c10::intrusive_ptr<c10d::Work>>& recvs;
+    std::vector<c10::intrusive_ptr<c10d::Work>>& sends;
+    ~Untrack() {
+      for (auto* works : {&recvs, &sends}) {
+        for (const auto& w : *works) {
+          if (w) self->untrack(w);
+        }
+      }
+    }
+  } untrack{this, recvs, sends};
   Status posted = gloo_step(what, [&] {
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
@@ -85,6 +125,8 @@ Status InterHost::exchange(const std::string& mine, std::vector<std::string>* al
       std::vector<at::Tensor> r{in[p]}, s{out};
       recvs[p] = groups_.control->recv(r, p, 0);
       sends[p] = groups_.control->send(s, p, 0);
+      track(recvs[p]);
+      track(sends[p]);
     }
   });
   NEURONCOLL_RETURN_IF_ERROR(posted);
@@ -115,6 +157,11 @@ Status InterHost::exchange(const std::string& mine, std::vector<std::string>* al
       missing += (missing.empty() ? "" : ", ") + std::to_string(p);
       if (first_error.empty()) first_error = e.what();
     }
+  }
+  if (aborted_.load()) {
+    broken_ = Status(Code::kAborted, std::string(what) + " (group '" + name_ + "', rank " +
+                                         std::to_string(rank_) + "): the group was aborted");
+    return broken_;
   }
   if (missing.empty()) return {};
   const bool timed = first_error.find("imed out") != std::string::npos;
@@ -215,9 +262,11 @@ InterHost::Posted InterHost::post(bool is_send, void* buffer, size_t count, DTyp
     std::vector<at::Tensor> data{bytes_of(buffer, count, dtype)};
     op.header_work = groups_.all->send(header, peer, kHeaderTag);
     op.data_work = groups_.all->send(data, peer, tag);
+    track(op.data_work);
   } else {
     op.header_work = groups_.all->recv(header, peer, kHeaderTag);  // the data after the check
   }
+  track(op.header_work);
   return op;
 }
 
@@ -225,12 +274,21 @@ Status InterHost::finish(Posted& op) {
   const std::string what = std::string(op.is_send ? "send to" : "recv from") + " rank " +
                            std::to_string(op.peer) + " (another host)";
   Status verdict;
+  struct Untrack {
+    InterHost* self;
+    Posted& op;
+    ~Untrack() {
+      self->untrack(op.header_work);
+      if (op.data_work) self->untrack(op.data_work);
+    }
+  } untrack{this, op};
   Status s = gloo_step(what.c_str(), [&] {
     op.header_work->wait(timeout_);
     if (op.is_send) {
       op.data_work->wait(timeout_);
       return;
     }
+    if (aborted_.load()) return;  // an interrupted wait leaves the header unset
     const int64_t* h = op.header.data_ptr<int64_t>();
     const bool match = h[0] == static_cast<int64_t>(op.count) &&
                        h[1] == static_cast<int64_t>(op.dtype) && h[2] == op.tag;
@@ -239,7 +297,9 @@ Status InterHost::finish(Posted& op) {
         match ? bytes_of(op.buffer, op.count, op.dtype)
               : at::empty({h[0] * static_cast<int64_t>(neuroncoll::dtype_size(header_dtype(h[1])))},
                           at::kByte)};
-    groups_.all->recv(data, op.peer, static_cast<int>(h[2]))->wait(timeout_);
+    op.data_work = groups_.all->recv(data, op.peer, static_cast<int>(h[2]));
+    track(op.data_work);
+    op.data_work->wait(timeout_);
     if (!match) {
       verdict = Status(Code::kMismatch,
                        what + ": expected " + std::to_string(op.count) + " " +

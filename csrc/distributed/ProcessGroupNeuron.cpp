@@ -35,6 +35,26 @@ ProcessGroupNeuron::~ProcessGroupNeuron() {
   retired_.clear();
 }
 
+void ProcessGroupNeuron::abort() {
+  int expected = 0;
+  ended_.compare_exchange_strong(expected, kAborted);
+  group_->abort();
+}
+
+void ProcessGroupNeuron::shutdown() {
+  int expected = 0;
+  ended_.compare_exchange_strong(expected, kShutDown);
+  group_->abort();
+  nrtStream_t queue = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue = queue_;
+  }
+  // Pending collectives fail at once now; wait for their tasks (the GIL
+  // released: a future's callback may need it).
+  if (queue != nullptr) blocking_wait([queue] { nrtStreamSynchronize(queue); });
+}
+
 void ProcessGroupNeuron::retire(c10::intrusive_ptr<c10d::Work> work) {
   std::lock_guard<std::mutex> lock(mu_);
   retired_.push_back(std::move(work));
@@ -66,6 +86,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_work(c10::intrusive_ptr<NeuronWork> work,
                                                                 const char* name,
                                                                 c10::DeviceIndex device, Body body) {
+  if (const int ended = ended_.load()) {
+    C10_THROW_ERROR(DistBackendError,
+                    std::string("[neuron] ") + name + ": the process group was " +
+                        (ended == kAborted ? "aborted" : "destroyed (destroy_process_group)") +
+                        " on rank " + std::to_string(rank_));
+  }
   nrtStream_t queue = queue_for(device, name);
   std::vector<c10::intrusive_ptr<c10d::Work>> finished;
   {

@@ -17,6 +17,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -99,6 +100,14 @@ class ProcessGroupNeuron final : public c10d::Backend {
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
+  // abort(): the collective running (if any) and every one queued or issued
+  // later fail at once with "aborted" (a rank waiting for peers that will
+  // not come is released); the group is unusable afterwards. shutdown()
+  // (destroy_process_group) does the same to whatever is still pending, then
+  // waits for the queue to drain; work that already ran is unaffected.
+  void abort() override;
+  void shutdown() override;
+
   // Which paths this rank's collectives took (tests, profiling).
   neuroncoll::GroupStats stats() const;
   const HostTopology& topology() const { return group_->topology(); }
@@ -127,6 +136,8 @@ class ProcessGroupNeuron final : public c10d::Backend {
   void retire(c10::intrusive_ptr<c10d::Work> work);
 
   std::unique_ptr<Communicator> group_;
+  std::atomic<int> ended_{0};  // kAborted or kShutDown once abort()/shutdown() ran
+  static constexpr int kAborted = 1, kShutDown = 2;
   mutable std::mutex mu_;
   nrtStream_t queue_ = nullptr;
   c10::DeviceIndex device_ = -1;

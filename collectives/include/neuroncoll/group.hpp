@@ -9,7 +9,7 @@
 // gives kTimeout naming the missing ranks; the group is then broken and every
 // later call returns kAborted.
 //
-// A Group is used by one thread at a time.
+// A Group is used by one thread at a time, except abort().
 #pragma once
 
 #include <chrono>
@@ -92,6 +92,10 @@ class Group {
   // failed elsewhere, e.g. between hosts, tells the ranks waiting for it).
   // Returns the peers' verdict round's status (ok: they were told).
   Status fail(const std::string& message);
+  // From any thread: the collective this group is waiting in (if any) and
+  // every later call return kAborted (a wait notices within 20 ms). The
+  // group stays unusable; peers are not told (they time out, or abort too).
+  void abort();
 
   // Point to point, in order per (sender, receiver) pair; `tag`, `count` and
   // `dtype` must match the peer's call (the receiver returns kMismatch, the

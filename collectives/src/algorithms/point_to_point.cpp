@@ -23,15 +23,6 @@ Status check_args(const Group::Impl& g, int peer, DType dtype, size_t count, con
   return {};
 }
 
-// A timed-out wait breaks the group (the channel is no longer in step).
-Status timed_out(Group::Impl& g, const char* what, int peer, const char* waiting_for) {
-  g.broken = Status(Code::kTimeout, std::string(what) + " " + g.who(peer) + " (group '" +
-                                        g.options.name + "'): timed out after " +
-                                        std::to_string(g.options.timeout.count()) +
-                                        " ms waiting for " + g.who(peer) + " to " + waiting_for);
-  return g.broken;
-}
-
 }  // namespace
 
 Status Group::Impl::send(const void* buffer, size_t count, DType dtype, int peer, int tag) {
@@ -43,8 +34,8 @@ Status Group::Impl::send(const void* buffer, size_t count, DType dtype, int peer
   Status refusal;
   for (size_t k = 0; k < chunks; ++k) {
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
-    if (!transport::wait_reached(ch.acked, sent_chunks[peer], deadline)) {
-      return timed_out(*this, "send to", peer, "receive");
+    if (!transport::wait_reached(ch.acked, sent_chunks[peer], deadline, &aborted)) {
+      return stopped_waiting("send", who(peer) + " to receive");
     }
     if (ch.refused) {
       // The receiver refuses at a message's first chunk: seen here at k > 0,
@@ -77,8 +68,8 @@ Status Group::Impl::recv(void* buffer, size_t count, DType dtype, int peer, int 
   Status verdict;
   for (size_t k = 0;; ++k) {
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
-    if (!transport::wait_reached(ch.sent, received_chunks[peer] + 1, deadline)) {
-      return timed_out(*this, "recv from", peer, "send");
+    if (!transport::wait_reached(ch.sent, received_chunks[peer] + 1, deadline, &aborted)) {
+      return stopped_waiting("recv", who(peer) + " to send");
     }
     if (k == 0 && (ch.count != count || ch.dtype != static_cast<uint32_t>(dtype) || ch.tag != tag)) {
       verdict = Status(Code::kMismatch,
