@@ -234,3 +234,20 @@ def test_abort_and_destroy_release_a_rank_stuck_in_a_collective():
         for how in ("abort", "destroy"):
             assert f"rank {r}: {how} releases a stuck collective OK" in out, out[-8000:]
         assert f"rank {r}: re-init after abort and destroy OK" in out, out[-8000:]
+
+
+def test_llama_fsdp2_tensor_parallel_checkpoints_and_tp_plan_auto(tmp_path):
+    """A small LlamaForCausalLM: FSDP2 and tensor parallelism on 2 ranks equal one
+    device; saved with torch.distributed.checkpoint and exported as a Transformers
+    safetensors checkpoint; reloaded (resharded) on 3 ranks; tp_plan="auto" on 3 ranks
+    gives the single-device logits."""
+    code, out = torchrun("llama.py", "train", str(tmp_path), nproc=2, timeout=240)
+    assert code == 0, out[-8000:]
+    for r in range(2):
+        for what in ("fsdp2", "tensor parallel", "checkpoint and export"):
+            assert f"rank {r}: llama {what} OK" in out, out[-8000:]
+    code, out = torchrun("llama.py", "reload", str(tmp_path), nproc=3, timeout=240)
+    assert code == 0, out[-8000:]
+    for r in range(3):
+        assert f"rank {r}: llama dcp reload at world size 3 OK" in out, out[-8000:]
+        assert f"rank {r}: llama tp_plan auto OK" in out, out[-8000:]
