@@ -93,6 +93,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_work(c10::intrusive_p
                         " on rank " + std::to_string(rank_));
   }
   nrtStream_t queue = queue_for(device, name);
+  work->bind(device);
   std::vector<c10::intrusive_ptr<c10d::Work>> finished;
   {
     std::lock_guard<std::mutex> lock(mu_);

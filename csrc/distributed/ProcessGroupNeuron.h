@@ -7,11 +7,13 @@
 // caller's current stream (so it sees every value queued before it), and all
 // collectives of the group run one after another in the order they were
 // issued, whatever stream issued them, so ranks cannot disagree on the order.
-// Work::wait() blocks the host until the collective has run (ops issued after
-// it, on any stream, see its result); get_future() completes with the
+// Work::wait() orders the caller's current stream after the collective
+// without blocking the host (NeuronWork.h); get_future() completes with the
 // outputs. Errors of neuroncoll (mismatch, timeout naming the missing ranks,
-// a peer's error) are raised by wait() as DistBackendError; after a timeout
-// the group is broken and later collectives fail at once.
+// a peer's error) are raised as DistBackendError; after a timeout
+// the group is broken and later collectives fail at once. Errors found by
+// then are raised by wait() itself, later ones at the next synchronization of
+// the stream that waited.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>

@@ -2,6 +2,7 @@
 inputs every rank can rebuild (seeded by rank). Usage: collectives.py INIT_MODE."""
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -168,6 +169,24 @@ def point_to_point(rank, world, dev):
         same(got, torch.arange(200_000, dtype=torch.float32), "send/recv long message")
 
 
+def wait_does_not_block_the_host(rank, world, dev):
+    # Rank 0's wait() returns while the collective still waits for a late peer; ops it
+    # issues afterwards on its stream still see the result (as with CUDA and NCCL).
+    t = torch.full((1000,), float(rank + 1), device=dev)
+    if rank != 0:
+        time.sleep(1.0)
+    start = time.monotonic()
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    returned = time.monotonic() - start
+    after = (t * 2).cpu()
+    if rank == 0:
+        check(returned < 0.5, f"wait() blocked the host for {returned:.2f} s")
+    same(after, torch.full((1000,), 2.0 * sum(range(1, world + 1))), "result after a non-blocking wait")
+    same(work.get_future().wait()[0], torch.full((1000,), float(sum(range(1, world + 1)))),
+         "the future holds the output")
+
+
 def ordering_async_and_hooks(rank, world, dev):
     # The collective sees values queued just before it, later ops its result.
     base = torch.full((4096,), float(rank + 1), device=dev)
@@ -252,6 +271,7 @@ def main():
     all_to_all_uneven(rank, world, dev)
     point_to_point(rank, world, dev)
     ordering_async_and_hooks(rank, world, dev)
+    wait_does_not_block_the_host(rank, world, dev)
     if mode == "mixed":  # CPU tensors go to gloo in the same group
         c = torch.ones(3) * rank
         dist.all_reduce(c)
