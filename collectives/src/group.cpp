@@ -243,7 +243,8 @@ Status Group::Impl::staged_rounds(size_t first, size_t rounds,
 }
 
 Status Group::Impl::check_direct(const char* what, std::vector<char*>* in,
-                                 std::vector<char*>* out) {
+                                 std::vector<char*>* out, bool* usable) {
+  *usable = false;
   in->assign(size(), nullptr);
   out->assign(size(), nullptr);
   std::string failure;
@@ -262,15 +263,16 @@ Status Group::Impl::check_direct(const char* what, std::vector<char*>* in,
   mine.direct_failed = failure.empty() ? 0 : 1;
   std::snprintf(mine.direct_message, sizeof(mine.direct_message), "%s", failure.c_str());
   NEURONCOLL_RETURN_IF_ERROR(round(what));
-  std::string failures;
-  for (int p = 0; p < size(); ++p) {
-    if (slot(p).direct_failed) {
-      failures += std::string(failures.empty() ? "" : "; ") + who(p) + " cannot map " + slot(p).direct_message;
-    }
+  bool all_mapped = true;
+  for (int p = 0; p < size(); ++p) all_mapped = all_mapped && !slot(p).direct_failed;
+  if (all_mapped) {
+    *usable = true;
+    return {};
   }
-  if (failures.empty()) return {};
-  release();
-  return {Code::kSystemError, std::string(what) + ": direct access to peers' arenas failed: " + failures};
+  // Every rank saw the same verdicts (what failed is in each rank's
+  // direct_message): all fall back alike, now and later.
+  direct_off = true;
+  return {};
 }
 
 // ---- creation --------------------------------------------------------------

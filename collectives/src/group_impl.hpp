@@ -133,8 +133,18 @@ struct Group::Impl {
   // The descriptor round alone (caller did acquire and its writes).
   Status exchange(Descriptor& desc);
   // Every rank checks it can map the arena buffers every peer described;
-  // agreed by a round.
-  Status check_direct(const char* what, std::vector<char*>* in, std::vector<char*>* out);
+  // agreed by a round. If any rank cannot, *usable is false on every rank,
+  // the group stops offering its arenas (direct_off) and the collective goes
+  // on through staging; a failed round is the error returned.
+  Status check_direct(const char* what, std::vector<char*>* in, std::vector<char*>* out,
+                      bool* usable);
+  // Set once any rank could not map a peer's arena (e.g. another pid
+  // namespace): later collectives use staging. Agreed by every rank.
+  bool direct_off = false;
+  // Where this rank's buffer lives, if peers may read it there.
+  transport::ArenaRef arena_of(const void* ptr, size_t bytes) const {
+    return direct_off ? transport::ArenaRef() : transport::find_arena(ptr, bytes);
+  }
 
   // out[0, count) = reduction, in rank order, of every rank's staging at
   // `offset` (with each rank's PREMUL_SUM factor).
