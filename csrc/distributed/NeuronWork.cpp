@@ -50,6 +50,15 @@ bool NeuronWork::wait(std::chrono::milliseconds timeout) {
 
 void NeuronWork::synchronize() {
   if (device_ < 0) return;
+  {
+    // Ran already (c10d's blocking wait() calls this after its wait, with the
+    // work's own lock held): the result is in memory, nothing to order.
+    std::lock_guard<std::mutex> lock(done_->mu);
+    if (done_->done) {
+      if (done_->error) std::rethrow_exception(done_->error);
+      return;
+    }
+  }
   // A task on the caller's stream that waits for the collective (the stream's
   // worker blocks, as a device stream waits on an event) and fails with its
   // error, which the stream then reports at its next synchronization.
