@@ -265,9 +265,18 @@ def main():
     all_reduce_every_op(rank, world, dev)
     stats = dist.distributed_c10d._get_default_group()._get_backend(dev)._stats()
     if local_world == world:  # on several hosts a host's ranks reduce to one of them instead
-        check(stats["small_all_reduces"] > 0 and stats["chunked_all_reduces"] > 0,
+        # Large all_reduces read peers' buffers directly when device memory is shared
+        # (TORCHNEURON_DIST_SHARED_MEMORY=1; by default where shared memory has huge pages).
+        direct = stats["direct_all_reduces"]
+        shared = os.environ.get("TORCHNEURON_DIST_SHARED_MEMORY") == "1"
+        large = direct if shared else direct + stats["chunked_all_reduces"]
+        check(stats["small_all_reduces"] > 0 and large > 0,
               f"both all_reduce paths ran: {stats}")
     data_movement(rank, world, dev)
+    if os.environ.get("TORCHNEURON_DIST_SHARED_MEMORY") == "1":
+        stats = dist.distributed_c10d._get_default_group()._get_backend(dev)._stats()
+        check(stats["direct_broadcasts"] > 0 and stats["direct_all_gathers"] > 0,
+              f"broadcast and all_gather read peers' device memory: {stats}")
     all_to_all_uneven(rank, world, dev)
     point_to_point(rank, world, dev)
     ordering_async_and_hooks(rank, world, dev)
