@@ -66,12 +66,6 @@ std::string segment_name(const std::string& group) {
   return "/neuroncoll-" + safe + tail;
 }
 
-std::string ranks_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
-  return s;
-}
-
 }  // namespace
 
 const char* kind_name(Kind kind) {
@@ -91,6 +85,17 @@ const char* kind_name(Kind kind) {
   return "?";
 }
 
+std::string Group::Impl::who(int r) const {
+  const auto& labels = options.rank_labels;
+  return "rank " + std::to_string(r >= 0 && r < static_cast<int>(labels.size()) ? labels[r] : r);
+}
+
+std::string Group::Impl::who_list(const std::vector<int>& ranks) const {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + who(r).substr(5);
+  return s;
+}
+
 void slice_of(size_t count, size_t elem_size, int n, int r, size_t* begin, size_t* end) {
   const size_t unit = elem_size >= 64 ? 1 : 64 / elem_size;
   const size_t units = (count + unit - 1) / unit;
@@ -105,15 +110,23 @@ Status Group::Impl::wait_all(uint32_t target, const char* what) {
   std::vector<int> missing;
   for (int p = 0; p < size(); ++p) {
     if (p == rank()) continue;
-    if (!transport::wait_reached(slot(p).flag, target, deadline)) missing.push_back(p);
+    if (!transport::wait_reached(slot(p).flag, target, deadline, &aborted)) missing.push_back(p);
   }
   if (missing.empty()) return {};
-  broken = Status(Code::kTimeout,
-                  std::string(what) + " (group '" + options.name + "', rank " +
-                      std::to_string(rank()) + ", collective #" + std::to_string(seq) +
-                      "): timed out after " + std::to_string(options.timeout.count()) +
-                      " ms waiting for rank(s) " + ranks_list(missing) +
-                      " (not arrived: dead, hung, or calling another collective)");
+  return stopped_waiting(what, "rank(s) " + who_list(missing));
+}
+
+Status Group::Impl::stopped_waiting(const char* what, const std::string& waiting_for) {
+  const std::string where = std::string(what) + " (group '" + options.name + "', " +
+                            who(rank()) + ", collective #" + std::to_string(seq) + "): ";
+  if (aborted.load()) {
+    broken = Status(Code::kAborted, where + "the group was aborted while waiting for " + waiting_for);
+  } else {
+    broken = Status(Code::kTimeout, where + "timed out after " +
+                                        std::to_string(options.timeout.count()) +
+                                        " ms waiting for " + waiting_for +
+                                        " (not arrived: dead, hung, or calling another collective)");
+  }
   return broken;
 }
 
@@ -137,6 +150,9 @@ Status Group::Impl::acquire(const char* what) {
 }
 
 Status Group::Impl::begin(const char* what) {
+  if (aborted.load() && broken.ok()) {
+    broken = Status(Code::kAborted, "group '" + options.name + "' was aborted");
+  }
   if (!broken.ok()) {
     return {Code::kAborted, std::string(what) + ": group '" + options.name +
                                 "' failed earlier and is unusable: " + broken.to_string()};
@@ -145,7 +161,7 @@ Status Group::Impl::begin(const char* what) {
 }
 
 Status Group::Impl::invalid(Descriptor& desc, const std::string& message) {
-  desc.invalid = 1;
+  desc.invalid = kInvalidArgs;
   std::snprintf(desc.message, sizeof(desc.message), "%s", message.c_str());
   return {Code::kInvalidArgument, message};
 }
@@ -165,22 +181,24 @@ Status Group::Impl::exchange(Descriptor& desc) {
   std::memcpy(static_cast<void*>(&slot(rank()).desc), &desc, sizeof(Descriptor));
   NEURONCOLL_RETURN_IF_ERROR(round(what));
   // Every rank builds the same verdict from the same descriptors.
-  std::string invalid_ranks;
+  std::string invalid_ranks, failed_ranks;
   bool differ = false;
   const Descriptor& d0 = slot(0).desc;
   for (int p = 0; p < size(); ++p) {
     const Descriptor& d = slot(p).desc;
-    if (d.invalid) {
-      invalid_ranks += std::string(invalid_ranks.empty() ? "" : "; ") + "rank " +
-                       std::to_string(p) + ": " + d.message;
-    }
+    std::string& list = d.invalid == kFailed ? failed_ranks : invalid_ranks;
+    if (d.invalid) list += std::string(list.empty() ? "" : "; ") + who(p) + ": " + d.message;
     if (d.seq != d0.seq || d.kind != d0.kind || d.dtype != d0.dtype || d.uses_op != d0.uses_op ||
         (d.uses_op && d.op != d0.op) || d.count != d0.count || d.root != d0.root) {
       differ = true;
     }
   }
   Status result;
-  if (!invalid_ranks.empty()) {
+  if (desc.invalid == kFailed) {
+    result = Status(Code::kAborted, std::string("failed: ") + desc.message);
+  } else if (!failed_ranks.empty()) {
+    result = Status(Code::kPeerError, std::string(what) + ": " + failed_ranks);
+  } else if (!invalid_ranks.empty()) {
     result = desc.invalid ? Status(Code::kInvalidArgument, std::string(what) + ": " + desc.message)
                           : Status(Code::kPeerError, std::string(what) + ": invalid arguments on " +
                                                          invalid_ranks);
@@ -188,7 +206,7 @@ Status Group::Impl::exchange(Descriptor& desc) {
     std::string m = std::string(what) + " (group '" + options.name +
                     "'): ranks called different collectives or arguments:";
     for (int p = 0; p < size(); ++p) {
-      m += std::string(p ? ";" : "") + " rank " + std::to_string(p) + ": " + describe(slot(p).desc);
+      m += std::string(p ? "; " : " ") + who(p) + ": " + describe(slot(p).desc);
     }
     result = Status(Code::kMismatch, m);
   }
@@ -225,7 +243,8 @@ Status Group::Impl::staged_rounds(size_t first, size_t rounds,
 }
 
 Status Group::Impl::check_direct(const char* what, std::vector<char*>* in,
-                                 std::vector<char*>* out) {
+                                 std::vector<char*>* out, bool* usable) {
+  *usable = false;
   in->assign(size(), nullptr);
   out->assign(size(), nullptr);
   std::string failure;
@@ -236,7 +255,7 @@ Status Group::Impl::check_direct(const char* what, std::vector<char*>* in,
     // Only the buffers a rank described (uid 0: not needed by this collective).
     Status s = d.in.uid ? arenas.resolve(d.in, &pi) : Status();
     if (s.ok() && d.out.uid) s = arenas.resolve(d.out, &po);
-    if (!s.ok()) failure = "rank " + std::to_string(p) + "'s buffers: " + s.message();
+    if (!s.ok()) failure = who(p) + "'s buffers: " + s.message();
     (*in)[p] = static_cast<char*>(pi);
     (*out)[p] = static_cast<char*>(po);
   }
@@ -244,16 +263,16 @@ Status Group::Impl::check_direct(const char* what, std::vector<char*>* in,
   mine.direct_failed = failure.empty() ? 0 : 1;
   std::snprintf(mine.direct_message, sizeof(mine.direct_message), "%s", failure.c_str());
   NEURONCOLL_RETURN_IF_ERROR(round(what));
-  std::string failures;
-  for (int p = 0; p < size(); ++p) {
-    if (slot(p).direct_failed) {
-      failures += std::string(failures.empty() ? "" : "; ") + "rank " + std::to_string(p) +
-                  " cannot map " + slot(p).direct_message;
-    }
+  bool all_mapped = true;
+  for (int p = 0; p < size(); ++p) all_mapped = all_mapped && !slot(p).direct_failed;
+  if (all_mapped) {
+    *usable = true;
+    return {};
   }
-  if (failures.empty()) return {};
-  release();
-  return {Code::kSystemError, std::string(what) + ": direct access to peers' arenas failed: " + failures};
+  // Every rank saw the same verdicts (what failed is in each rank's
+  // direct_message): all fall back alike, now and later.
+  direct_off = true;
+  return {};
 }
 
 // ---- creation --------------------------------------------------------------
@@ -405,6 +424,21 @@ Status Group::send(const void* buffer, size_t count, DType dtype, int peer, int 
 Status Group::recv(void* buffer, size_t count, DType dtype, int peer, int tag) {
   return impl_->recv(buffer, count, dtype, peer, tag);
 }
+void Group::abort() { impl_->aborted.store(true); }
+
+Status Group::fail(const std::string& message) {
+  NEURONCOLL_RETURN_IF_ERROR(impl_->begin("fail"));
+  NEURONCOLL_RETURN_IF_ERROR(impl_->acquire("fail"));
+  Descriptor d;
+  d.kind = Kind::kBarrier;
+  d.invalid = kFailed;
+  std::snprintf(d.message, sizeof(d.message), "%s", message.c_str());
+  Status s = impl_->exchange(d);
+  // exchange() reports this rank's own failure as kAborted once the peers
+  // have seen it; anything else is the round's own error.
+  return s.code() == Code::kAborted ? Status() : s;
+}
+
 Status Group::barrier() {
   NEURONCOLL_RETURN_IF_ERROR(impl_->begin("barrier"));
   Descriptor d;

@@ -11,6 +11,7 @@
 // slow readers is paid at the next write, usually when it has already passed.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -30,6 +31,10 @@ enum class Kind : uint32_t {
 };
 const char* kind_name(Kind kind);
 
+// Descriptor::invalid: the rank found its own arguments invalid, or it only
+// reports a failure (Group::fail).
+inline constexpr uint32_t kInvalidArgs = 1, kFailed = 2;
+
 // What one rank says it is calling; compared across ranks before any data is used.
 struct Descriptor {
   uint64_t seq = 0;  // collectives issued on this group so far
@@ -41,7 +46,7 @@ struct Descriptor {
   uint64_t count = 0;
   double scale = 1.0;               // this rank's PREMUL_SUM factor
   transport::ArenaRef in, out;      // where this rank's buffers live, if in an arena
-  uint32_t invalid = 0;             // this rank found its own arguments invalid
+  uint32_t invalid = 0;             // kInvalidArgs or kFailed: this rank's call fails
   char message[200] = {};           // ... and why
 };
 
@@ -90,6 +95,7 @@ struct Group::Impl {
   bool pending_release = false;
   uint64_t seq = 0;
   Status broken;  // first timeout; later calls return kAborted
+  std::atomic<bool> aborted{false};  // Group::abort(), from any thread
   transport::PeerArenas arenas;
   GroupStats stats;
 
@@ -127,16 +133,32 @@ struct Group::Impl {
   // The descriptor round alone (caller did acquire and its writes).
   Status exchange(Descriptor& desc);
   // Every rank checks it can map the arena buffers every peer described;
-  // agreed by a round.
-  Status check_direct(const char* what, std::vector<char*>* in, std::vector<char*>* out);
+  // agreed by a round. If any rank cannot, *usable is false on every rank,
+  // the group stops offering its arenas (direct_off) and the collective goes
+  // on through staging; a failed round is the error returned.
+  Status check_direct(const char* what, std::vector<char*>* in, std::vector<char*>* out,
+                      bool* usable);
+  // Set once any rank could not map a peer's arena (e.g. another pid
+  // namespace): later collectives use staging. Agreed by every rank.
+  bool direct_off = false;
+  // Where this rank's buffer lives, if peers may read it there.
+  transport::ArenaRef arena_of(const void* ptr, size_t bytes) const {
+    return direct_off ? transport::ArenaRef() : transport::find_arena(ptr, bytes);
+  }
 
   // out[0, count) = reduction, in rank order, of every rank's staging at
   // `offset` (with each rank's PREMUL_SUM factor).
   void reduce_staged(const Descriptor& d, size_t offset, void* out, size_t count);
 
   Status begin(const char* what);  // aborted group check
+  // A wait ended without its peers: by Group::abort(), else by the timeout.
+  // Breaks the group; `waiting_for` names the peers.
+  Status stopped_waiting(const char* what, const std::string& waiting_for);
   Status invalid(Descriptor& desc, const std::string& message);
   std::string describe(const Descriptor& d) const;
+  // "rank <label>" of rank index `r` (GroupOptions::rank_labels).
+  std::string who(int r) const;
+  std::string who_list(const std::vector<int>& ranks) const;
 
   // Collectives (src/algorithms/).
   Status all_reduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op, double scale);

@@ -45,6 +45,7 @@ std::string run_rank(const Options& o, const std::string& dir, int rank, const B
     go.name = test_prefix() + o.name;
     go.staging_bytes = o.staging_bytes;
     go.small_message_bytes = o.small_message_bytes;
+    go.rank_labels = o.rank_labels;
     c.create_status = neuroncoll::Group::create(go, &group);
     c.group = group.get();
   } else {

@@ -28,6 +28,7 @@ struct Options {
   std::chrono::milliseconds timeout{10000};
   std::string name = "test";
   int skip_create_rank = -1;  // this rank does not create the group
+  std::vector<int> rank_labels;  // GroupOptions::rank_labels
 };
 
 struct Ctx {

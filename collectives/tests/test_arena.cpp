@@ -1,6 +1,11 @@
 // SharedArena blocks, and all_reduce reading peers' arena buffers directly.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include "harness.hpp"
 #include "neuroncoll/arena.hpp"
 #include "reference.hpp"
@@ -29,6 +34,22 @@ TEST(SharedArena, AllocatesAlignedBlocksAndCoalesces) {
   EXPECT_EQ(arena->allocated(), 0u);
   void* whole = arena->allocate(1 << 20, 64);  // only possible once everything merged back
   EXPECT_EQ(whole, arena->base());
+}
+
+// Freeing a large block gives its pages back: reallocated, they read zero.
+TEST(SharedArena, LargeFreedBlocksReturnTheirPages) {
+  std::unique_ptr<SharedArena> arena;
+  ASSERT_TRUE(SharedArena::create(8 << 20, &arena).ok());
+  auto* a = static_cast<unsigned char*>(arena->allocate(4 << 20, 2 << 20));
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % (2 << 20), 0u);  // the base is 2 MiB-aligned
+  std::memset(a, 0x5a, 4 << 20);
+  arena->deallocate(a);
+  auto* b = static_cast<unsigned char*>(arena->allocate(4 << 20, 2 << 20));
+  ASSERT_EQ(b, a);
+  EXPECT_EQ(b[0], 0);
+  EXPECT_EQ(b[(4 << 20) - 1], 0);
+  arena->deallocate(b);
 }
 
 // Large all_reduce with every rank's buffers in an arena of its own: the
@@ -125,6 +146,55 @@ TEST(DirectAccess, BroadcastAndAllGatherFromArenas) {
   o.size = 3;
   EXPECT_EQ(nctest::failures(nctest::run_processes(o, direct_copies_body)), "");
   EXPECT_EQ(nctest::failures(nctest::run_threads(o, direct_copies_body)), "");
+}
+
+// A rank whose arena peers cannot map (here the last rank's memfd number now
+// names another file, as a peer in another pid namespace would open the wrong
+// /proc entry): every rank agrees, the collective and later ones go through
+// staging, and results are right.
+std::string unmappable_body(Ctx& c) {
+  NC_NEED_GROUP(c);
+  const int n = c.group->size(), me = c.rank;
+  std::unique_ptr<SharedArena> arena;
+  NC_CHECK_OK(SharedArena::create(8 << 20, &arena));
+  if (me == n - 1) {
+    const int other = ::memfd_create("not-the-arena", MFD_CLOEXEC);
+    NC_CHECK(other >= 0, "memfd_create");
+    NC_CHECK(::dup2(other, transport::find_arena(arena->base(), 1).fd) >= 0, "dup2");
+    ::close(other);
+  }
+  const size_t count = 50001, bytes = count * 4;
+  std::vector<std::vector<uint8_t>> inputs;
+  for (int r = 0; r < n; ++r) inputs.push_back(nctest::make_input(DType::kFloat32, r, count));
+  const auto want = nctest::reference_reduce(DType::kFloat32, ReduceOp::kSum, inputs, count);
+  auto* in = static_cast<uint8_t*>(arena->allocate(bytes, 64));
+  auto* out = static_cast<uint8_t*>(arena->allocate(n * bytes, 64));
+  NC_CHECK(in && out, "arena full");
+  for (int k = 0; k < 2; ++k) {
+    std::memcpy(in, inputs[me].data(), bytes);
+    NC_CHECK_OK(c.group->all_reduce(in, out, count, DType::kFloat32, ReduceOp::kSum));
+    std::string diff = nctest::compare_bytes(DType::kFloat32, out, want.data(), count, "all_reduce");
+    NC_CHECK(diff.empty(), diff);
+  }
+  NC_CHECK_OK(c.group->all_gather(in, out, count, DType::kFloat32));
+  for (int p = 0; p < n; ++p) NC_CHECK(std::memcmp(out + p * bytes, inputs[p].data(), bytes) == 0, "all_gather");
+  std::memcpy(in, inputs[me].data(), bytes);
+  NC_CHECK_OK(c.group->broadcast(in, count, DType::kFloat32, n - 1));
+  NC_CHECK(std::memcmp(in, inputs[n - 1].data(), bytes) == 0, "broadcast");
+  const GroupStats st = c.group->stats();
+  NC_CHECK(st.direct_all_reduces == 0 && st.chunked_all_reduces == 2 && st.direct_all_gathers == 0 &&
+               st.direct_broadcasts == 0,
+           "expected staging throughout: direct " + std::to_string(st.direct_all_reduces) + " chunked " +
+               std::to_string(st.chunked_all_reduces));
+  arena->deallocate(in);
+  arena->deallocate(out);
+  return "";
+}
+
+TEST(DirectAccess, UnmappablePeerArenaFallsBackToStaging) {
+  nctest::Options o;
+  o.size = 3;
+  EXPECT_EQ(nctest::failures(nctest::run_processes(o, unmappable_body)), "");
 }
 
 TEST(DirectAccess, OneRankOutsideAnArenaUsesStaging) {

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include "harness.hpp"
 
 namespace {
@@ -59,6 +61,35 @@ TEST(Faults, DTypeOpAndKindMismatch) {
     s = c.group->broadcast(in.data(), 8, DType::kInt32, c.rank);
     NC_CHECK(s.code() == Code::kMismatch && has(s.message(), "root 1"), s.to_string());
     NC_CHECK_OK(c.group->barrier());
+    return "";
+  });
+  EXPECT_EQ(nctest::failures(results), "");
+}
+
+// A rank that failed elsewhere (between hosts) ends its peers' collective
+// with its message; messages name ranks by their labels; the group goes on.
+TEST(Faults, FailReachesPeersByLabel) {
+  nctest::Options o;
+  o.size = 3;
+  o.rank_labels = {4, 6, 9};
+  const auto results = nctest::run_threads(o, [](Ctx& c) -> std::string {
+    NC_NEED_GROUP(c);
+    std::vector<float> buf(5000, 1.f);
+    Status s = c.rank == 0 ? c.group->fail("between hosts: connection reset")
+                           : c.group->broadcast(buf.data(), buf.size(), DType::kFloat32, 0);
+    if (c.rank == 0) {
+      NC_CHECK_OK(s);
+    } else {
+      NC_CHECK(s.code() == Code::kPeerError &&
+                   has(s.message(), "rank 4: between hosts: connection reset"),
+               s.to_string());
+    }
+    const size_t count = c.rank == 2 ? 3 : 2;
+    s = c.group->all_reduce(buf.data(), buf.data(), count, DType::kFloat32, ReduceOp::kSum);
+    NC_CHECK(s.code() == Code::kMismatch && has(s.message(), "rank 9: all_reduce float32 SUM count 3"),
+             s.to_string());
+    NC_CHECK_OK(c.group->all_reduce(buf.data(), buf.data(), 2, DType::kFloat32, ReduceOp::kSum));
+    NC_CHECK(buf[1] == 3.f, "after the failure");
     return "";
   });
   EXPECT_EQ(nctest::failures(results), "");
@@ -122,6 +153,34 @@ TEST(Faults, RankThatNeverArrivesTimesOutNamingIt) {
     NC_CHECK(has(s.message(), "waiting for rank(s) 2 "), s.message());
     NC_CHECK(took < 3s, "took too long");
     s = c.group->barrier();
+    NC_CHECK(s.code() == Code::kAborted, s.to_string());
+    return "";
+  });
+  EXPECT_EQ(nctest::failures(results), "");
+}
+
+// abort() from another thread releases a rank waiting in a collective or a
+// receive at once (not at the timeout); the group then refuses every call.
+TEST(Faults, AbortReleasesWaitingRankAtOnce) {
+  nctest::Options o;
+  o.size = 2;
+  o.timeout = 30s;
+  const auto results = nctest::run_threads(o, [](Ctx& c) -> std::string {
+    NC_NEED_GROUP(c);
+    if (c.rank == 1) return "";  // never calls
+    std::vector<float> buf(100, 1.f);
+    const auto start = std::chrono::steady_clock::now();
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(200ms);
+      c.group->abort();
+    });
+    Status s = c.group->all_reduce(buf.data(), buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+    aborter.join();
+    const auto took = std::chrono::steady_clock::now() - start;
+    NC_CHECK(s.code() == Code::kAborted && has(s.message(), "aborted while waiting for rank(s) 1"),
+             s.to_string());
+    NC_CHECK(took < 5s, "abort took " + std::to_string(std::chrono::duration<double>(took).count()) + " s");
+    s = c.group->recv(buf.data(), 4, DType::kFloat32, 1);
     NC_CHECK(s.code() == Code::kAborted, s.to_string());
     return "";
   });

@@ -5,10 +5,6 @@
 
 #include <c10/util/Exception.h>
 
-#include <algorithm>
-#include <deque>
-
-#include "csrc/distributed/C10dStoreAdapter.h"
 #include "csrc/distributed/CollectiveTypes.h"
 #include "csrc/distributed/NeuronWork.h"
 #include "csrc/distributed/TensorStaging.h"
@@ -22,17 +18,14 @@ namespace torchneuron {
 
 ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                        int size, std::chrono::milliseconds timeout,
-                                       const std::string& group_name)
+                                       const std::string& group_name, HostTopology topology,
+                                       InterHostGroups groups)
     : c10d::Backend(rank, size) {
-  neuroncoll::GroupOptions o;
-  o.store = std::make_shared<C10dStoreAdapter>(store);
-  o.rank = rank;
-  o.size = size;
-  o.timeout = timeout;
-  // The store is already the group's own (c10d prefixes it per group); the
-  // name tells the group's shared-memory segment apart in /dev/shm.
-  o.name = "pg" + (group_name.empty() ? std::string("0") : group_name);
-  check_status(neuroncoll::Group::create(o, &group_));
+  TORCH_CHECK(topology.rank == rank && static_cast<int>(topology.host_of.size()) == size,
+              "ProcessGroupNeuron: the topology is not this group's");
+  group_ = std::make_unique<Communicator>(
+      store, std::move(topology), timeout,
+      "pg" + (group_name.empty() ? std::string("0") : group_name), std::move(groups));
 }
 
 ProcessGroupNeuron::~ProcessGroupNeuron() {
@@ -40,6 +33,26 @@ ProcessGroupNeuron::~ProcessGroupNeuron() {
   // GIL, which a future's Python callback on the queue may need).
   if (queue_ != nullptr) blocking_wait([this] { nrtStreamDestroy(queue_); });
   retired_.clear();
+}
+
+void ProcessGroupNeuron::abort() {
+  int expected = 0;
+  ended_.compare_exchange_strong(expected, kAborted);
+  group_->abort();
+}
+
+void ProcessGroupNeuron::shutdown() {
+  int expected = 0;
+  ended_.compare_exchange_strong(expected, kShutDown);
+  group_->abort();
+  nrtStream_t queue = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue = queue_;
+  }
+  // Pending collectives fail at once now; wait for their tasks (the GIL
+  // released: a future's callback may need it).
+  if (queue != nullptr) blocking_wait([queue] { nrtStreamSynchronize(queue); });
 }
 
 void ProcessGroupNeuron::retire(c10::intrusive_ptr<c10d::Work> work) {
@@ -73,7 +86,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_work(c10::intrusive_ptr<NeuronWork> work,
                                                                 const char* name,
                                                                 c10::DeviceIndex device, Body body) {
+  if (const int ended = ended_.load()) {
+    C10_THROW_ERROR(DistBackendError,
+                    std::string("[neuron] ") + name + ": the process group was " +
+                        (ended == kAborted ? "aborted" : "destroyed (destroy_process_group)") +
+                        " on rank " + std::to_string(rank_));
+  }
   nrtStream_t queue = queue_for(device, name);
+  work->bind(device);
   std::vector<c10::intrusive_ptr<c10d::Work>> finished;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -91,7 +111,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_work(c10::intrusive_p
     nrtEventDestroy(ready);  // reference counted: the wait keeps its capture
     NEURON_CHECK(s);
   }
-  neuroncoll::Group* group = group_.get();
+  Communicator* group = group_.get();
   // The task never fails on the stream: the collective's error belongs to
   // its work (raised by wait()), and later collectives must still run.
   NEURON_TRY {
@@ -136,7 +156,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOp
     if (device_ >= 0) device = device_;
   }
   return enqueue(c10d::OpType::BARRIER, "barrier", device, {},
-                 [](neuroncoll::Group& g) { check_status(g.barrier()); });
+                 [](Communicator& g) { check_status(g.barrier()); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>& tensors,
@@ -147,7 +167,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>&
   if (coalescing_) return record_p2p(true, t, dst_rank, tag, dt);
   StagedTensor in = stage(t, true);
   return enqueue(c10d::OpType::SEND, "send", t.device().index(), {t},
-                 [in, dt, dst_rank, tag](neuroncoll::Group& g) {
+                 [in, dt, dst_rank, tag](Communicator& g) {
                    check_status(g.send(in.data(), in.count(), dt, dst_rank, tag));
                  });
 }
@@ -160,7 +180,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>&
   if (coalescing_) return record_p2p(false, t, src_rank, tag, dt);
   StagedTensor out = stage(t, false);
   return enqueue(c10d::OpType::RECV, "recv", t.device().index(), {t},
-                 [out, dt, src_rank, tag](neuroncoll::Group& g) {
+                 [out, dt, src_rank, tag](Communicator& g) {
                    check_status(g.recv(out.data(), out.count(), dt, src_rank, tag));
                    out.copy_back();
                  });
@@ -197,53 +217,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::endCoalescing() {
     device = device_ >= 0 ? device_ : current_device();
   }
   return enqueue_work(std::move(work), "coalesced", device,
-                      [ops, size = size_](neuroncoll::Group& g) { run_p2p_batch(g, ops, size); });
+                      [ops](Communicator& c) { run_p2p_batch(c, ops); });
 }
 
-// Messages go in pieces no larger than a channel (64 KiB, one in flight per
-// ordered pair of ranks). Each step sends at most one piece to every peer,
-// then receives at most one from every peer: a send of step s needs the
-// peer to have taken piece s - 1, which it did in its step s - 1, so the
-// batch cannot deadlock. Both sides of a pair cut their messages alike and
-// keep them in call order, so pieces meet their receives.
-void ProcessGroupNeuron::run_p2p_batch(neuroncoll::Group& g, const std::vector<P2P>& ops, int size) {
-  constexpr size_t kPieceBytes = 64 << 10;
-  struct Piece {
-    const P2P* op;
-    size_t begin, count;
-  };
-  std::vector<std::deque<Piece>> sends(size), recvs(size);
+void ProcessGroupNeuron::run_p2p_batch(Communicator& c, const std::vector<P2P>& ops) {
+  std::vector<Communicator::P2P> raw;
   for (const P2P& op : ops) {
-    const size_t per = std::max<size_t>(1, kPieceBytes / neuroncoll::dtype_size(op.dtype));
-    const size_t count = op.tensor.count();
-    auto& queue = op.is_send ? sends[op.peer] : recvs[op.peer];
-    size_t begin = 0;
-    do {  // an empty message is one empty piece
-      const size_t n = std::min(per, count - begin);
-      queue.push_back({&op, begin, n});
-      begin += n;
-    } while (begin < count);
+    raw.push_back({op.is_send, op.tensor.data(), op.tensor.count(), op.dtype, op.peer, op.tag});
   }
-  auto data = [](const Piece& p) {
-    return static_cast<char*>(p.op->tensor.data()) + p.begin * neuroncoll::dtype_size(p.op->dtype);
-  };
-  for (bool pending = true; pending;) {
-    pending = false;
-    for (auto& q : sends) {
-      if (q.empty()) continue;
-      const Piece& p = q.front();
-      check_status(g.send(data(p), p.count, p.op->dtype, p.op->peer, p.op->tag));
-      q.pop_front();
-      pending = true;
-    }
-    for (auto& q : recvs) {
-      if (q.empty()) continue;
-      const Piece& p = q.front();
-      check_status(g.recv(data(p), p.count, p.op->dtype, p.op->peer, p.op->tag));
-      q.pop_front();
-      pending = true;
-    }
-  }
+  check_status(c.p2p_batch(raw));
   for (const P2P& op : ops) {
     if (!op.is_send) op.tensor.copy_back();
   }

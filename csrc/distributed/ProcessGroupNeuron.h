@@ -1,27 +1,31 @@
 // torch.distributed's "neuron" backend: a c10d::Backend whose collectives
-// run neuroncoll (collectives/) on the raw device buffers of the ranks of
-// one host.
+// run on the raw device buffers: neuroncoll (collectives/, shared memory)
+// between the ranks of a host, gloo between hosts (Communicator.h).
 //
 // Ordering: each group owns one queue, a runtime stream of its own on the
 // group's device. A collective is queued there behind an event of the
 // caller's current stream (so it sees every value queued before it), and all
 // collectives of the group run one after another in the order they were
 // issued, whatever stream issued them, so ranks cannot disagree on the order.
-// Work::wait() blocks the host until the collective has run (ops issued after
-// it, on any stream, see its result); get_future() completes with the
+// Work::wait() orders the caller's current stream after the collective
+// without blocking the host (NeuronWork.h); get_future() completes with the
 // outputs. Errors of neuroncoll (mismatch, timeout naming the missing ranks,
-// a peer's error) are raised by wait() as DistBackendError; after a timeout
-// the group is broken and later collectives fail at once.
+// a peer's error) are raised as DistBackendError; after a timeout
+// the group is broken and later collectives fail at once. Errors found by
+// then are raised by wait() itself, later ones at the next synchronization of
+// the stream that waited.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "csrc/distributed/Communicator.h"
 #include "csrc/distributed/NeuronWork.h"
 #include "csrc/distributed/TensorStaging.h"
 #include "neuroncoll/group.hpp"
@@ -33,8 +37,11 @@ class ProcessGroupNeuron final : public c10d::Backend {
  public:
   // Meets the other ranks through `store` (every rank of the group
   // constructs its backend); `timeout` bounds every wait of the group.
+  // `topology` says which ranks share a host; on several hosts `groups` are
+  // the gloo groups between them.
   ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                     std::chrono::milliseconds timeout, const std::string& group_name);
+                     std::chrono::milliseconds timeout, const std::string& group_name,
+                     HostTopology topology, InterHostGroups groups);
   ~ProcessGroupNeuron() override;
 
   const std::string getBackendName() const override { return "neuron"; }
@@ -95,11 +102,20 @@ class ProcessGroupNeuron final : public c10d::Backend {
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
+  // abort(): the collective running (if any) and every one queued or issued
+  // later fail at once with "aborted" (a rank waiting for peers that will
+  // not come is released); the group is unusable afterwards. shutdown()
+  // (destroy_process_group) does the same to whatever is still pending, then
+  // waits for the queue to drain; work that already ran is unaffected.
+  void abort() override;
+  void shutdown() override;
+
   // Which paths this rank's collectives took (tests, profiling).
   neuroncoll::GroupStats stats() const;
+  const HostTopology& topology() const { return group_->topology(); }
 
  private:
-  using Body = std::function<void(neuroncoll::Group&)>;
+  using Body = std::function<void(Communicator&)>;
   // Queues `body` on the group's queue behind the current stream of
   // `device`; the work completes with `outputs`.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
@@ -121,7 +137,9 @@ class ProcessGroupNeuron final : public c10d::Backend {
   // enqueue or when the group is destroyed, never on the worker.
   void retire(c10::intrusive_ptr<c10d::Work> work);
 
-  std::unique_ptr<neuroncoll::Group> group_;
+  std::unique_ptr<Communicator> group_;
+  std::atomic<int> ended_{0};  // kAborted or kShutDown once abort()/shutdown() ran
+  static constexpr int kAborted = 1, kShutDown = 2;
   mutable std::mutex mu_;
   nrtStream_t queue_ = nullptr;
   c10::DeviceIndex device_ = -1;
@@ -134,7 +152,7 @@ class ProcessGroupNeuron final : public c10d::Backend {
     int peer, tag;
     neuroncoll::DType dtype;
   };
-  static void run_p2p_batch(neuroncoll::Group& g, const std::vector<P2P>& ops, int size);
+  static void run_p2p_batch(Communicator& c, const std::vector<P2P>& ops);
   bool coalescing_ = false;
   std::vector<P2P> coalesced_p2p_;
   c10::DeviceIndex coalesced_device_ = -1;

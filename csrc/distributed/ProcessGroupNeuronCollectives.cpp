@@ -12,7 +12,7 @@
 namespace torchneuron {
 namespace {
 
-using neuroncoll::Group;
+using Group = Communicator;
 
 // One all_reduce: checks, staging and the call.
 struct AllReduceStep {

@@ -2,6 +2,7 @@
 // bindings by topic (csrc/python/Bindings.h). Bindings only: the logic lives
 // in csrc/runtime, csrc/aten and csrc/profiler.
 #include "csrc/aten/Fallback.h"
+#include "csrc/distributed/SharedDeviceMemory.h"
 #include "csrc/python/Bindings.h"
 #include "csrc/runtime/BlockingWait.h"
 #include "csrc/runtime/WorkerThreads.h"
@@ -29,6 +30,7 @@ PYBIND11_MODULE(_C, m) {
   using namespace torchneuron;
   m.doc() = "torchneuron native extension";
   install_worker_init();
+  install_shared_device_memory();
   register_structured_overrides();
   set_blocking_wait_hook(&python::wait_without_gil);
 

@@ -28,11 +28,14 @@ struct Entry {
   size_t size;
   int device;
   bool mmapped;
+  bool from_source;  // nrtSetMemorySource's source, not host memory
 };
 
 struct Registry {
   std::shared_mutex mu;
   std::map<uintptr_t, Entry> entries;
+  nrtMemorySource source{};  // allocate == null: none
+  size_t source_blocks = 0;  // live blocks from `source`
 };
 
 // Leaked on purpose: frees may arrive during static destruction.
@@ -89,10 +92,44 @@ void host_free(void* p, size_t size, bool mmapped) {
   }
 }
 
-void add_entry(void* p, size_t size, int device, bool mmapped) {
+void add_entry(void* p, size_t size, int device, bool mmapped, bool from_source = false) {
   Registry& r = registry();
   std::unique_lock<std::shared_mutex> lock(r.mu);
-  r.entries.emplace(reinterpret_cast<uintptr_t>(p), Entry{size, device, mmapped});
+  r.entries.emplace(reinterpret_cast<uintptr_t>(p), Entry{size, device, mmapped, from_source});
+  if (from_source) ++r.source_blocks;
+}
+
+// Device memory: from the installed source when there is one and it has
+// room, else host memory. (The callback runs without the registry's lock.)
+void* device_alloc(size_t size, bool* mmapped, bool* from_source) {
+  nrtMemorySource source{};
+  {
+    Registry& r = registry();
+    std::shared_lock<std::shared_mutex> lock(r.mu);
+    source = r.source;
+  }
+  *from_source = false;
+  if (source.allocate != nullptr && size >= source.min_bytes) {
+    void* p = source.allocate(source.ctx, size, size >= kHugePage ? kHugePage : kAlignment);
+    if (p != nullptr) {
+      *from_source = true;
+      *mmapped = false;
+      return p;
+    }
+  }
+  return host_alloc(size, mmapped);
+}
+
+void device_free(void* p, const Entry& e) {
+  if (!e.from_source) return host_free(p, e.size, e.mmapped);
+  nrtMemorySource source{};
+  {
+    Registry& r = registry();
+    std::unique_lock<std::shared_mutex> lock(r.mu);
+    source = r.source;
+    --r.source_blocks;
+  }
+  source.deallocate(source.ctx, p);
 }
 
 enum class Take { kOk, kMissing, kWrongKind };
@@ -156,8 +193,8 @@ nrtStatus nrtMalloc(void** ptr, size_t size, int device) {
                       device, format_bytes(size).c_str(), size,
                       format_bytes(free_bytes).c_str(), format_bytes(capacity).c_str());
   }
-  bool mmapped = false;
-  void* p = host_alloc(size, &mmapped);
+  bool mmapped = false, from_source = false;
+  void* p = device_alloc(size, &mmapped, &from_source);
   if (p == nullptr) {
     d.used_bytes.fetch_sub(size, std::memory_order_relaxed);
     return set_errorf(nrtErrorMemoryAllocation,
@@ -165,8 +202,25 @@ nrtStatus nrtMalloc(void** ptr, size_t size, int device) {
                       "(%zu bytes) of device memory",
                       device, format_bytes(size).c_str(), size);
   }
-  add_entry(p, size, device, mmapped);
+  add_entry(p, size, device, mmapped, from_source);
   *ptr = p;
+  return nrtSuccess;
+}
+
+nrtStatus nrtSetMemorySource(const nrtMemorySource* source) {
+  // No api_enter(): installing a source at load time must not read the
+  // configuration before the process's first real use of the device.
+  if (source != nullptr && (source->allocate == nullptr || source->deallocate == nullptr)) {
+    return set_error(nrtErrorInvalidValue, "nrtSetMemorySource: allocate and deallocate are required");
+  }
+  Registry& r = registry();
+  std::unique_lock<std::shared_mutex> lock(r.mu);
+  if (r.source_blocks != 0) {
+    return set_errorf(nrtErrorInvalidValue,
+                      "nrtSetMemorySource: %zu blocks of the current source are still allocated",
+                      r.source_blocks);
+  }
+  r.source = source ? *source : nrtMemorySource{};
   return nrtSuccess;
 }
 
@@ -183,7 +237,7 @@ nrtStatus nrtFree(void* ptr) {
       return set_errorf(nrtErrorInvalidValue,
                         "nrtFree: %p is pinned host memory; use nrtFreeHost", ptr);
   }
-  host_free(ptr, e.size, e.mmapped);
+  device_free(ptr, e);
   device_at(e.device).used_bytes.fetch_sub(e.size, std::memory_order_relaxed);
   return nrtSuccess;
 }
@@ -218,7 +272,7 @@ nrtStatus nrtHostAlloc(void** ptr, size_t size) {
                       "nrtHostAlloc: out of pinned host memory allocating %s (%zu bytes)",
                       format_bytes(size).c_str(), size);
   }
-  add_entry(p, size, kPinnedHost, mmapped);
+  add_entry(p, size, kPinnedHost, mmapped, false);
   *ptr = p;
   return nrtSuccess;
 }

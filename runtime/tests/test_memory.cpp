@@ -206,3 +206,59 @@ TEST(ErrorStrings, CheckThrowsWithLastMessage) {
     EXPECT_NE(std::string(e.what()).find("invalid device index 3"), std::string::npos);
   }
 }
+
+namespace {
+// A source of two 4 MiB slots, counting its calls.
+struct TwoSlots {
+  alignas(2 * MiB) static inline unsigned char slots[2][4 * MiB];
+  bool used[2] = {false, false};
+  int allocs = 0, frees = 0;
+  static void* allocate(void* ctx, size_t bytes, size_t alignment) {
+    auto* s = static_cast<TwoSlots*>(ctx);
+    if (bytes > 4 * MiB || alignment > 2 * MiB) return nullptr;
+    for (int i = 0; i < 2; ++i) {
+      if (!s->used[i]) {
+        s->used[i] = true;
+        ++s->allocs;
+        return slots[i];
+      }
+    }
+    return nullptr;
+  }
+  static void deallocate(void* ctx, void* ptr) {
+    auto* s = static_cast<TwoSlots*>(ctx);
+    for (int i = 0; i < 2; ++i) {
+      if (ptr == slots[i]) s->used[i] = false;
+    }
+    ++s->frees;
+  }
+};
+}  // namespace
+
+TEST_F(Memory, MemorySourceServesLargeBlocksUntilFull) {
+  TwoSlots slots;
+  nrtMemorySource src{&slots, &TwoSlots::allocate, &TwoSlots::deallocate, MiB};
+  ASSERT_EQ(nrtSetMemorySource(&src), nrtSuccess);
+  void *a = nullptr, *b = nullptr, *c = nullptr, *small = nullptr;
+  ASSERT_EQ(nrtMalloc(&a, 3 * MiB, 0), nrtSuccess);
+  ASSERT_EQ(nrtMalloc(&small, 1000, 0), nrtSuccess);  // below min_bytes: host memory
+  ASSERT_EQ(nrtMalloc(&b, 2 * MiB, 0), nrtSuccess);
+  ASSERT_EQ(nrtMalloc(&c, 2 * MiB, 0), nrtSuccess);   // the source is full: host memory
+  EXPECT_EQ(a, TwoSlots::slots[0]);
+  EXPECT_EQ(b, TwoSlots::slots[1]);
+  EXPECT_NE(c, TwoSlots::slots[0]);
+  EXPECT_NE(small, TwoSlots::slots[1]);
+  EXPECT_EQ(slots.allocs, 2);
+  int device = -1;
+  ASSERT_EQ(nrtPointerGetDevice(static_cast<char*>(a) + 100, &device), nrtSuccess);
+  EXPECT_EQ(device, 0);  // the registry knows source blocks like any other
+  // No switching sources under live blocks.
+  EXPECT_EQ(nrtSetMemorySource(nullptr), nrtErrorInvalidValue);
+  EXPECT_NE(last_message().find("2 blocks"), std::string::npos) << last_message();
+  for (void* p : {a, b, c, small}) ASSERT_EQ(nrtFree(p), nrtSuccess);
+  EXPECT_EQ(slots.frees, 2);
+  EXPECT_EQ(nrtSetMemorySource(nullptr), nrtSuccess);
+  ASSERT_EQ(nrtMalloc(&a, 3 * MiB, 0), nrtSuccess);
+  EXPECT_NE(a, TwoSlots::slots[0]);
+  EXPECT_EQ(nrtFree(a), nrtSuccess);
+}

@@ -1,6 +1,8 @@
 """Every collective of the neuron backend against a reference computed on CPU from the
 inputs every rank can rebuild (seeded by rank). Usage: collectives.py INIT_MODE."""
+import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -167,6 +169,24 @@ def point_to_point(rank, world, dev):
         same(got, torch.arange(200_000, dtype=torch.float32), "send/recv long message")
 
 
+def wait_does_not_block_the_host(rank, world, dev):
+    # Rank 0's wait() returns while the collective still waits for a late peer; ops it
+    # issues afterwards on its stream still see the result (as with CUDA and NCCL).
+    t = torch.full((1000,), float(rank + 1), device=dev)
+    if rank != 0:
+        time.sleep(1.0)
+    start = time.monotonic()
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    returned = time.monotonic() - start
+    after = (t * 2).cpu()
+    if rank == 0:
+        check(returned < 0.5, f"wait() blocked the host for {returned:.2f} s")
+    same(after, torch.full((1000,), 2.0 * sum(range(1, world + 1))), "result after a non-blocking wait")
+    same(work.get_future().wait()[0], torch.full((1000,), float(sum(range(1, world + 1)))),
+         "the future holds the output")
+
+
 def ordering_async_and_hooks(rank, world, dev):
     # The collective sees values queued just before it, later ops its result.
     base = torch.full((4096,), float(rank + 1), device=dev)
@@ -240,15 +260,27 @@ def main():
     check(torch.neuron.current_device() == local_rank,
           f"threads start on the local rank's core: {torch.neuron.current_device()}")
     check("neuron" in str(dist.get_backend()), f"backend {dist.get_backend()}")
-    check(torch.neuron.device_count() == max(2, world), f"{torch.neuron.device_count()} cores")
+    local_world = int(os.environ["LOCAL_WORLD_SIZE"])
+    check(torch.neuron.device_count() == max(2, local_world), f"{torch.neuron.device_count()} cores")
     all_reduce_every_op(rank, world, dev)
     stats = dist.distributed_c10d._get_default_group()._get_backend(dev)._stats()
-    check(stats["small_all_reduces"] > 0 and stats["chunked_all_reduces"] > 0,
-          f"both all_reduce paths ran: {stats}")
+    if local_world == world:  # on several hosts a host's ranks reduce to one of them instead
+        # Large all_reduces read peers' buffers directly when device memory is shared
+        # (TORCHNEURON_DIST_SHARED_MEMORY=1; by default where shared memory has huge pages).
+        direct = stats["direct_all_reduces"]
+        shared = os.environ.get("TORCHNEURON_DIST_SHARED_MEMORY") == "1"
+        large = direct if shared else direct + stats["chunked_all_reduces"]
+        check(stats["small_all_reduces"] > 0 and large > 0,
+              f"both all_reduce paths ran: {stats}")
     data_movement(rank, world, dev)
+    if os.environ.get("TORCHNEURON_DIST_SHARED_MEMORY") == "1":
+        stats = dist.distributed_c10d._get_default_group()._get_backend(dev)._stats()
+        check(stats["direct_broadcasts"] > 0 and stats["direct_all_gathers"] > 0,
+              f"broadcast and all_gather read peers' device memory: {stats}")
     all_to_all_uneven(rank, world, dev)
     point_to_point(rank, world, dev)
     ordering_async_and_hooks(rank, world, dev)
+    wait_does_not_block_the_host(rank, world, dev)
     if mode == "mixed":  # CPU tensors go to gloo in the same group
         c = torch.ones(3) * rank
         dist.all_reduce(c)

@@ -2,6 +2,7 @@
 leaves early ends the others' collective with a timeout naming it."""
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -10,13 +11,16 @@ from common import check, init, rank_env
 
 
 def expect_error(fn, *needles):
+    """`fn` (or the next synchronization of the current stream, where wait() reports a
+    collective that fails after it returned) raises an error holding every needle."""
     try:
         fn()
+        torch.neuron.current_stream().synchronize()
     except RuntimeError as e:  # DistBackendError is a RuntimeError
         msg = str(e)
         for n in needles:
             check(n in msg, f"error message {msg!r} lacks {n!r}")
-        print(f"rank {dist.get_rank()}: {type(e).__name__}: {msg.splitlines()[0][:300]}", flush=True)
+        print(f"rank {os.environ['RANK']}: {type(e).__name__}: {msg.splitlines()[0][:300]}", flush=True)
         return e
     raise AssertionError(f"no error raised, expected one with {needles}")
 
@@ -35,6 +39,21 @@ def main():
     # Bad input on one rank only (bitwise op on floats on rank 0).
     bad = torch.ones(3, device=dev) if rank == 0 else torch.ones(3, dtype=torch.int64, device=dev)
     expect_error(lambda: dist.all_reduce(bad, op=dist.ReduceOp.BAND))
+    # A collective that fails after wait() returned (rank 0 does not wait for the late
+    # peer): the stream that waited reports it at its next synchronization, as the
+    # DistBackendError it is.
+    late = torch.ones(4 + rank, device=dev)
+    if rank != 0:
+        time.sleep(0.5)
+        expect_error(lambda: dist.all_reduce(late), "mismatch")
+    else:
+        dist.all_reduce(late)  # returns at once
+        try:
+            torch.neuron.current_stream().synchronize()
+        except dist.DistBackendError as e:
+            check("mismatch" in str(e) and "all_reduce" in str(e), f"error at the synchronization: {e}")
+        else:
+            raise AssertionError("the failed all_reduce was not reported at the synchronization")
     # Argument errors c10d passes on are raised at the call and queue nothing.
     expect_error(lambda: dist.all_gather_single(torch.empty(3, device=dev), torch.ones(2, device=dev)),
                  "ProcessGroupNeuron all_gather_into_tensor", "group size (2)")

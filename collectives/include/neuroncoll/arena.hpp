@@ -18,7 +18,8 @@ class RawMemorySource {
  public:
   virtual ~RawMemorySource() = default;
   // Returns nullptr when no free block of `bytes` is left. `alignment` is a
-  // power of two no larger than 4096.
+  // power of two no larger than 4096 (SharedArena: no larger than 2 MiB, the
+  // alignment of its base).
   virtual void* allocate(size_t bytes, size_t alignment) = 0;
   virtual void deallocate(void* ptr) = 0;
   virtual size_t capacity() const = 0;

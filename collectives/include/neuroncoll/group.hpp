@@ -9,7 +9,7 @@
 // gives kTimeout naming the missing ranks; the group is then broken and every
 // later call returns kAborted.
 //
-// A Group is used by one thread at a time.
+// A Group is used by one thread at a time, except abort().
 #pragma once
 
 #include <chrono>
@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "neuroncoll/status.hpp"
 #include "neuroncoll/store.hpp"
@@ -35,6 +36,9 @@ struct GroupOptions {
   // All-reduces up to this size read every peer's data and reduce locally
   // (one round); larger ones reduce-scatter and all-gather in chunks.
   size_t small_message_bytes = 64 << 10;
+  // How messages name the ranks (e.g. their ranks in a larger job whose
+  // ranks on this host form the group); empty: by their index here.
+  std::vector<int> rank_labels;
 };
 
 // How this rank's collectives ran so far (for profiling and tests).
@@ -83,6 +87,15 @@ class Group {
   Status all_to_all(const void* in, std::span<const size_t> send_counts, void* out,
                     std::span<const size_t> recv_counts, DType dtype);
   Status barrier();
+  // Takes part in the peers' current collective only to fail it: each peer's
+  // call returns kPeerError naming this rank and `message` (a rank that
+  // failed elsewhere, e.g. between hosts, tells the ranks waiting for it).
+  // Returns the peers' verdict round's status (ok: they were told).
+  Status fail(const std::string& message);
+  // From any thread: the collective this group is waiting in (if any) and
+  // every later call return kAborted (a wait notices within 20 ms). The
+  // group stays unusable; peers are not told (they time out, or abort too).
+  void abort();
 
   // Point to point, in order per (sender, receiver) pair; `tag`, `count` and
   // `dtype` must match the peer's call (the receiver returns kMismatch, the

@@ -36,12 +36,14 @@ Status Group::Impl::broadcast(void* buffer, size_t count, DType dtype, int root)
   };
   if (bytes <= small_message_bytes) return run(d, rounds, write, read);
   // Large, with the root's buffer in an arena: peers copy from it directly.
-  if (local.ok() && me == root) d.in = transport::find_arena(buffer, bytes);
+  if (local.ok() && me == root) d.in = arena_of(buffer, bytes);
   NEURONCOLL_RETURN_IF_ERROR(acquire("broadcast"));
   NEURONCOLL_RETURN_IF_ERROR(exchange(d));
   if (!slot(root).desc.in.uid) return staged_rounds(0, rounds, write, read, "broadcast");
   std::vector<char*> pin, pout;
-  NEURONCOLL_RETURN_IF_ERROR(check_direct("broadcast", &pin, &pout));
+  bool usable = false;
+  NEURONCOLL_RETURN_IF_ERROR(check_direct("broadcast", &pin, &pout, &usable));
+  if (!usable) return staged_rounds(0, rounds, write, read, "broadcast");
   ++stats.direct_broadcasts;
   if (me != root) copy_bytes(buf, pin[root], bytes);
   return round("broadcast");  // the root's buffer is free again
@@ -83,14 +85,16 @@ Status Group::Impl::gather_to(Kind kind, const void* in, void* out, size_t count
   if (kind != Kind::kAllGather || bytes <= small_message_bytes) return run(d, rounds, write, read);
   // Large all_gather with every rank's input in an arena: each rank copies
   // its peers' inputs straight into its output.
-  if (local.ok()) d.in = transport::find_arena(in, bytes);
+  if (local.ok()) d.in = arena_of(in, bytes);
   NEURONCOLL_RETURN_IF_ERROR(acquire("all_gather"));
   NEURONCOLL_RETURN_IF_ERROR(exchange(d));
   bool direct = true;
   for (int p = 0; p < n; ++p) direct = direct && slot(p).desc.in.uid;
   if (!direct) return staged_rounds(0, rounds, write, read, "all_gather");
   std::vector<char*> pin, pout;
-  NEURONCOLL_RETURN_IF_ERROR(check_direct("all_gather", &pin, &pout));
+  bool usable = false;
+  NEURONCOLL_RETURN_IF_ERROR(check_direct("all_gather", &pin, &pout, &usable));
+  if (!usable) return staged_rounds(0, rounds, write, read, "all_gather");
   ++stats.direct_all_gathers;
   for (int p = 0; p < n; ++p) {
     char* dst = static_cast<char*>(out) + p * bytes;
@@ -169,8 +173,8 @@ Status Group::Impl::all_to_all(const void* in, const size_t* send_counts, void* 
     const auto* t = reinterpret_cast<const uint64_t*>(staging(q));
     for (int p = 0; p < n; ++p) {
       if (t[n + p] != sends[size_t(p) * n + q] && disagree.size() < 400) {
-        disagree += " rank " + std::to_string(p) + " sends " +
-                    std::to_string(sends[size_t(p) * n + q]) + " to rank " + std::to_string(q) +
+        disagree += " " + who(p) + " sends " + std::to_string(sends[size_t(p) * n + q]) +
+                    " to " + who(q) +
                     ", which expects " + std::to_string(t[n + p]) + ";";
       }
     }

@@ -23,16 +23,6 @@ Status check_args(const Group::Impl& g, int peer, DType dtype, size_t count, con
   return {};
 }
 
-// A timed-out wait breaks the group (the channel is no longer in step).
-Status timed_out(Group::Impl& g, const char* what, int peer, const char* waiting_for) {
-  g.broken = Status(Code::kTimeout, std::string(what) + " rank " + std::to_string(peer) +
-                                        " (group '" + g.options.name + "'): timed out after " +
-                                        std::to_string(g.options.timeout.count()) +
-                                        " ms waiting for rank " + std::to_string(peer) + " to " +
-                                        waiting_for);
-  return g.broken;
-}
-
 }  // namespace
 
 Status Group::Impl::send(const void* buffer, size_t count, DType dtype, int peer, int tag) {
@@ -44,15 +34,15 @@ Status Group::Impl::send(const void* buffer, size_t count, DType dtype, int peer
   Status refusal;
   for (size_t k = 0; k < chunks; ++k) {
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
-    if (!transport::wait_reached(ch.acked, sent_chunks[peer], deadline)) {
-      return timed_out(*this, "send to", peer, "receive");
+    if (!transport::wait_reached(ch.acked, sent_chunks[peer], deadline, &aborted)) {
+      return stopped_waiting("send", who(peer) + " to receive");
     }
     if (ch.refused) {
       // The receiver refuses at a message's first chunk: seen here at k > 0,
       // it is this message (sent to its end, which the receiver drains); at
       // k == 0 it was the previous, one-chunk message.
       ch.refused = 0;
-      refusal = Status(Code::kPeerError, "send to rank " + std::to_string(peer) + ": " + ch.message);
+      refusal = Status(Code::kPeerError, "send to " + who(peer) + ": " + ch.message);
       if (k == 0) {
         return {Code::kPeerError, refusal.message() + " (this send was not made)"};
       }
@@ -78,19 +68,19 @@ Status Group::Impl::recv(void* buffer, size_t count, DType dtype, int peer, int 
   Status verdict;
   for (size_t k = 0;; ++k) {
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
-    if (!transport::wait_reached(ch.sent, received_chunks[peer] + 1, deadline)) {
-      return timed_out(*this, "recv from", peer, "send");
+    if (!transport::wait_reached(ch.sent, received_chunks[peer] + 1, deadline, &aborted)) {
+      return stopped_waiting("recv", who(peer) + " to send");
     }
     if (k == 0 && (ch.count != count || ch.dtype != static_cast<uint32_t>(dtype) || ch.tag != tag)) {
       verdict = Status(Code::kMismatch,
-                       "recv from rank " + std::to_string(peer) + ": expected " +
+                       "recv from " + who(peer) + ": expected " +
                            std::to_string(count) + " " + dtype_name(dtype) + " with tag " +
-                           std::to_string(tag) + ", rank " + std::to_string(peer) + " sent " +
+                           std::to_string(tag) + ", " + who(peer) + " sent " +
                            std::to_string(ch.count) + " " +
                            dtype_name(static_cast<DType>(std::min<uint32_t>(ch.dtype, kNumDTypes - 1))) +
                            " with tag " + std::to_string(ch.tag));
-      std::snprintf(ch.message, sizeof(ch.message), "rank %d refused the message: %s", rank(),
-                    verdict.message().c_str());
+      std::snprintf(ch.message, sizeof(ch.message), "%s refused the message: %s",
+                    who(rank()).c_str(), verdict.message().c_str());
       ch.refused = 1;
     }
     if (verdict.ok()) {

@@ -56,8 +56,8 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
   }
 
   if (local.ok()) {
-    d.in = transport::find_arena(in, bytes);
-    d.out = transport::find_arena(out, bytes);
+    d.in = arena_of(in, bytes);
+    d.out = arena_of(out, bytes);
   }
   NEURONCOLL_RETURN_IF_ERROR(acquire("all_reduce"));
   NEURONCOLL_RETURN_IF_ERROR(exchange(d));
@@ -65,10 +65,10 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
   bool direct = true;
   for (int p = 0; p < n; ++p) direct = direct && slot(p).desc.in.uid && slot(p).desc.out.uid;
 
+  std::vector<char*> pin, pout;
+  if (direct) NEURONCOLL_RETURN_IF_ERROR(check_direct("all_reduce", &pin, &pout, &direct));
   if (direct) {
     ++stats.direct_all_reduces;
-    std::vector<char*> pin, pout;
-    NEURONCOLL_RETURN_IF_ERROR(check_direct("all_reduce", &pin, &pout));
     size_t b, e;
     slice_of(count, esz, n, me, &b, &e);
     for (int p = 0; p < n; ++p) srcs[p] = pin[p] + b * esz;

@@ -31,6 +31,12 @@ struct SharedArena::Impl {
 
 namespace {
 
+// Free ranges this large are returned to the system.
+constexpr size_t kReleaseBytes = size_t{1} << 20;
+// Alignment of an arena's base (a huge page): SharedArena::allocate's
+// alignments up to this hold for addresses, not only offsets.
+constexpr size_t kBaseAlignment = size_t{2} << 20;
+
 struct Registry {
   std::mutex mu;
   std::map<uintptr_t, SharedArena::Impl*> by_base;
@@ -71,12 +77,36 @@ Status SharedArena::create(size_t bytes, std::unique_ptr<SharedArena>* arena) {
     ::close(impl->fd);
     return s;
   }
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, impl->fd, 0);
+  // The base is aligned to kBaseAlignment, so that blocks aligned within the
+  // arena are aligned in memory too and huge pages can back them: reserve
+  // address space with room to align, map the memfd over the aligned part,
+  // give back the rest.
+  void* reserved = ::mmap(nullptr, bytes + kBaseAlignment, PROT_NONE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = MAP_FAILED;
+  if (reserved != MAP_FAILED) {
+    const uintptr_t r = reinterpret_cast<uintptr_t>(reserved);
+    const uintptr_t aligned = (r + kBaseAlignment - 1) / kBaseAlignment * kBaseAlignment;
+    p = ::mmap(reinterpret_cast<void*>(aligned), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+               impl->fd, 0);
+    if (p == MAP_FAILED) {
+      ::munmap(reserved, bytes + kBaseAlignment);
+    } else {
+      if (aligned > r) ::munmap(reserved, aligned - r);
+      const uintptr_t end = r + bytes + kBaseAlignment;
+      if (end > aligned + bytes) ::munmap(reinterpret_cast<void*>(aligned + bytes), end - (aligned + bytes));
+    }
+  }
   if (p == MAP_FAILED) {
     Status s{Code::kSystemError, std::string("mmap arena: ") + std::strerror(errno)};
     ::close(impl->fd);
     return s;
   }
+#ifdef MADV_HUGEPAGE
+  // Huge pages where the kernel offers them for shared memory (shmem_enabled
+  // "advise"): streaming kernels pay a TLB miss per page.
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // advice only
+#endif
   impl->base = static_cast<char*>(p);
   impl->size = bytes;
   impl->uid = new_uid();
@@ -145,6 +175,16 @@ void SharedArena::deallocate(void* ptr) {
     }
   }
   impl_->free_blocks[start] = bytes;
+  // Large free ranges give their pages back (as munmap would): a memfd keeps
+  // every page once touched. Whole pages inside the free range only.
+  if (bytes >= kReleaseBytes) {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t first = (start + page - 1) / page * page, last = (start + bytes) / page * page;
+    if (last > first) {
+      (void)::fallocate(impl_->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                        static_cast<off_t>(first), static_cast<off_t>(last - first));
+    }
+  }
 }
 
 size_t SharedArena::capacity() const { return impl_->size; }

@@ -55,7 +55,8 @@ void post(Flag& flag, uint32_t value) {
   }
 }
 
-bool wait_reached(Flag& flag, uint32_t target, std::chrono::steady_clock::time_point deadline) {
+bool wait_reached(Flag& flag, uint32_t target, std::chrono::steady_clock::time_point deadline,
+                  const std::atomic<bool>* stop) {
   using clock = std::chrono::steady_clock;
   if (reached(flag.value.load(std::memory_order_acquire), target)) {
     tsan_acquire();
@@ -79,7 +80,7 @@ bool wait_reached(Flag& flag, uint32_t target, std::chrono::steady_clock::time_p
       break;
     }
     const auto now = clock::now();
-    if (now >= deadline) break;
+    if (now >= deadline || (stop && stop->load(std::memory_order_relaxed))) break;
     auto slice = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
     if (slice > kMaxSleep) slice = kMaxSleep;
     timespec ts{static_cast<time_t>(slice.count() / 1000000000),

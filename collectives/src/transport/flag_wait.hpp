@@ -23,7 +23,9 @@ inline bool reached(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b)
 // Publishes `value` and wakes sleepers.
 void post(Flag& flag, uint32_t value);
 
-// Waits until `flag` reached `target` or `deadline` passed; true if reached.
-bool wait_reached(Flag& flag, uint32_t target, std::chrono::steady_clock::time_point deadline);
+// Waits until `flag` reached `target`, `deadline` passed or `*stop` (if
+// given) became true (seen within a sleep slice, 20 ms); true if reached.
+bool wait_reached(Flag& flag, uint32_t target, std::chrono::steady_clock::time_point deadline,
+                  const std::atomic<bool>* stop = nullptr);
 
 }  // namespace neuroncoll::transport

@@ -63,6 +63,25 @@ nrtStatus nrtMemGetInfo(int device, size_t* free_bytes, size_t* total_bytes);
 // device index of the raw allocation containing ptr, or -1 if none.
 nrtStatus nrtPointerGetDevice(const void* ptr, int* device);
 
+// Where raw device memory comes from. By default it is host memory of this
+// process; a source (e.g. memory other processes can map, so that
+// collectives read peers' buffers directly) serves every nrtMalloc of at
+// least `min_bytes` on any device: `allocate` returns a block aligned to
+// `alignment` (a power of two, at most 2 MiB), or null when the source is
+// exhausted, and then host memory serves the request. `deallocate` gets
+// blocks back from nrtFree. Thread-safe callbacks; `ctx` is theirs.
+typedef struct nrtMemorySource {
+  void* ctx;
+  void* (*allocate)(void* ctx, size_t bytes, size_t alignment);
+  void (*deallocate)(void* ctx, void* ptr);
+  size_t min_bytes;
+} nrtMemorySource;
+// Installs `source` (copied) for the allocations that follow; null removes
+// it. Refused (nrtErrorInvalidValue) while blocks of a previous source are
+// live. Blocks already allocated keep their origin. Reads no configuration
+// (callable when a library loads).
+nrtStatus nrtSetMemorySource(const nrtMemorySource* source);
+
 // ---- Pinned host memory ----------------------------------------------------
 nrtStatus nrtHostAlloc(void** ptr, size_t size);
 nrtStatus nrtFreeHost(void* ptr);
