@@ -130,7 +130,7 @@ std::string Program::serialize() const {
     w.pod(s.graph_nodes);
     if (s.kind == Step::Kind::kFused) {
       w.tiles(s.tiles);
-    } else {
+    } else {  // extern and native steps: the node
       w.str(s.node.op);
       w.i64(static_cast<int64_t>(s.node.args.size()));
       for (const auto& a : s.node.args) w.arg(a);
@@ -167,7 +167,7 @@ Program Program::deserialize(std::string_view bytes) {
   p.arena_bytes = r.pod<int64_t>();
   p.steps.resize(static_cast<size_t>(r.count()));
   for (auto& s : p.steps) {
-    s.kind = r.enumerated<Step::Kind>(2);
+    s.kind = r.enumerated<Step::Kind>(3);
     s.graph_nodes = r.pod<int32_t>();
     if (s.kind == Step::Kind::kFused) {
       s.tiles = r.tiles();
@@ -212,17 +212,22 @@ Program Program::deserialize(std::string_view bytes) {
   return p;
 }
 
-int Program::fused_groups() const {
+namespace {
+
+// Steps of a kind, or the graph nodes inside them.
+int count(const std::vector<Step>& steps, Step::Kind kind, bool graph_nodes = false) {
   int n = 0;
-  for (const auto& s : steps) n += s.kind == Step::Kind::kFused;
+  for (const auto& s : steps) n += s.kind == kind ? (graph_nodes ? s.graph_nodes : 1) : 0;
   return n;
 }
 
-int Program::extern_calls() const {
-  int n = 0;
-  for (const auto& s : steps) n += s.kind == Step::Kind::kExtern;
-  return n;
-}
+}  // namespace
+
+int Program::fused_groups() const { return count(steps, Step::Kind::kFused); }
+int Program::extern_calls() const { return count(steps, Step::Kind::kExtern); }
+int Program::native_kernels() const { return count(steps, Step::Kind::kNative); }
+int Program::native_nodes() const { return count(steps, Step::Kind::kNative, true); }
+int Program::fused_nodes() const { return count(steps, Step::Kind::kFused, true); }
 
 std::string Program::describe() const {
   std::ostringstream os;
@@ -235,8 +240,10 @@ std::string Program::describe() const {
   }
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& s = steps[i];
-    if (s.kind == Step::Kind::kExtern) {
-      os << "  step " << i << ": extern " << s.node.op << " ->";
+    if (s.kind != Step::Kind::kFused) {
+      os << "  step " << i << ": " << (s.kind == Step::Kind::kExtern ? "extern " : "native ") << s.node.op;
+      if (s.kind == Step::Kind::kNative) os << " (" << s.graph_nodes << " graph nodes)";
+      os << " ->";
       for (int32_t o : s.node.outputs) os << " %" << o;
       os << "\n";
       continue;

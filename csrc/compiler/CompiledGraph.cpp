@@ -36,6 +36,9 @@ std::shared_ptr<CompiledGraph> CompiledGraph::compile(const std::string& text, c
   nc::Program program;
   try {
     program = nc::compile_text(text, &report);
+  } catch (const nc::NotLowered& e) {
+    // Not an error of the graph: the caller runs it eagerly, with this reason.
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "[neuron] compile ", label, ": not lowered: ", e.what());
   } catch (const nc::CompileError& e) {
     TORCH_CHECK(false, "[neuron] compile ", label, ": ", e.what());
   }
@@ -51,7 +54,10 @@ std::shared_ptr<CompiledGraph> CompiledGraph::load(const std::string& bytes, con
   }
   nc::CompileReport report;
   report.fused_groups = program.fused_groups();
+  report.fused_nodes = program.fused_nodes();
   report.extern_calls = program.extern_calls();
+  report.native_kernels = program.native_kernels();
+  report.native_nodes = program.native_nodes();
   report.arena_bytes = program.arena_bytes;
   return std::shared_ptr<CompiledGraph>(new CompiledGraph(std::move(program), report, label));
 }

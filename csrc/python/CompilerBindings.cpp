@@ -16,6 +16,7 @@ void bind_compiler(py::module_& m) {
         d["fused_nodes"] = r.fused_nodes;
         d["extern"] = r.extern_calls;
         d["native_kernels"] = r.native_kernels;
+        d["native_nodes"] = r.native_nodes;
         d["arena_bytes"] = r.arena_bytes;
         d["output_bytes"] = [&] {
           int64_t total = 0;
@@ -24,6 +25,7 @@ void bind_compiler(py::module_& m) {
         }();
         py::dict times;
         times["parse"] = r.parse_ms;
+        times["patterns"] = r.patterns_ms;
         times["fusion"] = r.fusion_ms;
         times["lowering"] = r.lowering_ms;
         times["planning"] = r.planning_ms;

@@ -15,7 +15,7 @@
 
 namespace neuroncompiler {
 
-inline constexpr uint32_t kProgramFormatVersion = 1;
+inline constexpr uint32_t kProgramFormatVersion = 2;
 
 struct Buffer {
   enum class Kind : uint8_t { kInput, kOutput, kArena };
@@ -32,10 +32,11 @@ struct ProgramValue {
 };
 
 struct Step {
-  enum class Kind : uint8_t { kFused, kExtern };
+  // kNative: one of the device's kernels (native_ops.hpp) the executor runs itself.
+  enum class Kind : uint8_t { kFused, kExtern, kNative };
   Kind kind = Kind::kExtern;
   TileProgram tiles;            // kFused
-  Node node;                    // kExtern: the node (args and outputs are value ids)
+  Node node;                    // kExtern, kNative: the node (args and outputs are value ids)
   int32_t graph_nodes = 1;      // graph nodes the step runs
   bool operator==(const Step&) const = default;
 };
@@ -58,6 +59,9 @@ struct Program {
 
   int fused_groups() const;
   int extern_calls() const;
+  int native_kernels() const;
+  int native_nodes() const;  // graph nodes inside native steps
+  int fused_nodes() const;   // graph nodes inside fused groups
   // A readable listing (steps, buffers), for debug dumps.
   std::string describe() const;
 };
