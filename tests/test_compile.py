@@ -437,7 +437,11 @@ def test_compile_metrics_record(tmp_path, monkeypatch):
     folder = tmp_path / f"graph_{record['graph_id']:04d}"
     assert sorted(p.name for p in folder.iterdir()) == [
         "aot_backward.py", "aot_forward.py", "dynamo.py", "graph_backward.neurongraph", "graph_forward.neurongraph",
+        "ir_backward_fusion.txt", "ir_backward_patterns.txt", "ir_forward_fusion.txt", "ir_forward_patterns.txt",
         "program_backward.txt", "program_forward.txt", "record.json"]
+    # The IR after each pass: the forward's layer norm is the device's row-norm kernel.
+    assert "node neuron::row_norm" in (folder / "ir_forward_patterns.txt").read_text()
+    assert "fused group" in (folder / "ir_forward_fusion.txt").read_text()
     forward = (folder / "aot_forward.py").read_text()
     for kept in ("aten.embedding", "aten.addmm", "aten.native_layer_norm", "aten._softmax", "aten.gelu"):
         assert kept in forward, f"{kept} should stay whole in the AOT graph"

@@ -5,9 +5,11 @@
 
 #include "neuroncompiler/fusion.hpp"
 #include "neuroncompiler/graph_format.hpp"
+#include "neuroncompiler/graph_format.hpp"
 #include "neuroncompiler/memory_plan.hpp"
 #include "neuroncompiler/native_ops.hpp"
 #include "neuroncompiler/patterns.hpp"
+#include "neuroncompiler/reinplace.hpp"
 #include "neuroncompiler/tile_lowering.hpp"
 
 namespace neuroncompiler {
@@ -28,7 +30,8 @@ Program compile_graph(const Graph& graph, CompileReport* report) {
   CompileReport& rep = report ? *report : local;
   auto t0 = Clock::now();
   Graph g = graph;
-  rewrite_patterns(g);
+  rep.folded = rewrite_patterns(g).folded;
+  rep.reinplaced = reinplace(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     // The device's own ops (its fused attention) have no CPU kernel for an
     // extern call: the pattern pass must have taken them.
@@ -37,10 +40,12 @@ Program compile_graph(const Graph& graph, CompileReport* report) {
     }
   }
   rep.patterns_ms = ms_since(t0);
+  if (rep.keep_ir) rep.ir_patterns = format_graph(g);
 
   t0 = Clock::now();
   const Schedule schedule = fuse(g);
   rep.fusion_ms = ms_since(t0);
+  if (rep.keep_ir) rep.ir_fusion = describe_schedule(g, schedule);
 
   t0 = Clock::now();
   Program p;
@@ -69,6 +74,7 @@ Program compile_graph(const Graph& graph, CompileReport* report) {
       step.kind = Step::Kind::kExtern;
       step.node = g.nodes[ss.node];
       ++rep.extern_calls;
+      rep.library_calls += is_library_call(step.node.op);
     }
     p.steps.push_back(std::move(step));
   }
@@ -134,6 +140,8 @@ Program compile_graph(const Graph& graph, CompileReport* report) {
   }
   rep.planning_ms = ms_since(t0);
   rep.arena_bytes = p.arena_bytes;
+  p.folded = rep.folded;
+  p.reinplaced = rep.reinplaced;
   return p;
 }
 

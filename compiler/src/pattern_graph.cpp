@@ -1,5 +1,7 @@
 #include "pattern_graph.hpp"
 
+#include <algorithm>
+
 namespace neuroncompiler {
 
 PatternGraph::PatternGraph(Graph& g)
@@ -81,8 +83,19 @@ void PatternGraph::replace(const std::vector<size_t>& nodes, size_t anchor, Node
   replacements_[anchor] = std::move(native);
 }
 
+void PatternGraph::fold_constant(size_t i, int32_t v, const Arg& constant) {
+  for (size_t r : root_readers_[v]) {
+    for (Arg& a : g_.nodes[r].args) {
+      if (a.kind == Arg::Kind::kTensor && a.i == v) a = constant;
+    }
+  }
+  root_readers_[v].clear();
+  readers_[v].clear();
+  taken_[i] = true;
+}
+
 void PatternGraph::apply() {
-  if (replacements_.empty()) return;
+  if (std::find(taken_.begin(), taken_.end(), true) == taken_.end()) return;
   std::vector<Node> nodes;
   nodes.reserve(g_.nodes.size());
   for (size_t i = 0; i < g_.nodes.size(); ++i) {

@@ -33,6 +33,8 @@ class PatternGraph {
   bool only_read_by(int32_t v, std::initializer_list<size_t> nodes) const;
   // Every node reading `v` or its views.
   const std::set<size_t>& readers(int32_t v) const { return root_readers_[g_.root(v)]; }
+  // An input, or under a graph output.
+  bool pinned(int32_t v) const { return pinned_[g_.root(v)]; }
   // _to_copy changing the dtype only (same sizes, no device or layout change).
   bool is_plain_cast(size_t i) const;
   // `l` broadcasts to `sizes` (right-aligned, size 1 or equal).
@@ -42,6 +44,8 @@ class PatternGraph {
   // Replaces `nodes` (none taken yet) by `native`, placed where `anchor` was.
   void replace(const std::vector<size_t>& nodes, size_t anchor, Node native);
   int replaced_nodes() const { return replaced_; }
+  // Removes node `i`, whose result `v` its readers now take as `constant`.
+  void fold_constant(size_t i, int32_t v, const Arg& constant);
   // Rewrites the graph's node list.
   void apply();
 

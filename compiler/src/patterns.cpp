@@ -1,12 +1,15 @@
 #include "neuroncompiler/patterns.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
 
 #include "native_views.hpp"
 #include "neuroncompiler/native_ops.hpp"
+#include "neuroncompiler/pointwise_ops.hpp"
 #include "pattern_graph.hpp"
 
 namespace neuroncompiler {
@@ -285,11 +288,53 @@ bool match_rope(PatternGraph& pg, size_t cat_node) {
   return true;
 }
 
+// ---- scalar constants -------------------------------------------------------
+
+// v rounded to t, as a 0-dim tensor of type t holds it.
+double rounded(double v, DType t) {
+  const float f = static_cast<float>(v);
+  if (t == DType::kFloat16) return static_cast<float>(static_cast<_Float16>(f));
+  if (t != DType::kBFloat16 || std::isnan(f)) return f;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+// scalar_tensor(v) (a 0-dim constant, as SDPA's mask conversion writes -inf and
+// 0) read only as an operand of pointwise nodes: the value becomes a constant
+// of those nodes (an immediate of their tiles) and the node disappears.
+bool fold_scalar_tensor(PatternGraph& pg, size_t i) {
+  const Node& n = pg.node(i);
+  const Graph& g = pg.graph();
+  if (n.op != "aten::scalar_tensor.default" || n.outputs.size() != 1 || n.outputs[0] < 0 || !n.args[0].is_scalar()) {
+    return false;
+  }
+  const int32_t out = n.outputs[0];
+  const Layout& l = g.value(out).layout;
+  if (!l.sizes.empty() || !is_tile_float(l.dtype) || pg.pinned(out)) return false;
+  for (size_t r : pg.readers(out)) {
+    if (pg.taken(r) || !is_pointwise(g, pg.node(r))) return false;
+    for (const Arg& a : pg.node(r).args) {
+      if (a.kind == Arg::Kind::kTensorList || (a.kind == Arg::Kind::kTensor && a.i != out && g.root(static_cast<int32_t>(a.i)) == out)) {
+        return false;  // read through a view
+      }
+    }
+  }
+  pg.fold_constant(i, out, Arg::real(rounded(n.args[0].scalar(), l.dtype)));
+  return true;
+}
+
 }  // namespace
 
 PatternReport rewrite_patterns(Graph& g) {
   PatternReport report;
   PatternGraph pg(g);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (fold_scalar_tensor(pg, i)) ++report.folded;
+  }
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (pg.taken(i)) continue;
     if (match_attention(pg, i) || match_attention_backward(pg, i)) {

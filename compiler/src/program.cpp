@@ -124,6 +124,8 @@ std::string Program::serialize() const {
   w.ids(outputs);
   w.ints(output_storage_bytes);
   w.i64(arena_bytes);
+  w.pod(folded);
+  w.pod(reinplaced);
   w.i64(static_cast<int64_t>(steps.size()));
   for (const auto& s : steps) {
     w.pod(s.kind);
@@ -165,6 +167,8 @@ Program Program::deserialize(std::string_view bytes) {
   p.outputs = r.ids();
   p.output_storage_bytes = r.ints();
   p.arena_bytes = r.pod<int64_t>();
+  p.folded = r.pod<int32_t>();
+  p.reinplaced = r.pod<int32_t>();
   p.steps.resize(static_cast<size_t>(r.count()));
   for (auto& s : p.steps) {
     s.kind = r.enumerated<Step::Kind>(3);
@@ -228,6 +232,17 @@ int Program::extern_calls() const { return count(steps, Step::Kind::kExtern); }
 int Program::native_kernels() const { return count(steps, Step::Kind::kNative); }
 int Program::native_nodes() const { return count(steps, Step::Kind::kNative, true); }
 int Program::fused_nodes() const { return count(steps, Step::Kind::kFused, true); }
+
+int Program::library_calls() const {
+  int n = 0;
+  for (const auto& s : steps) n += s.kind == Step::Kind::kExtern && is_library_call(s.node.op);
+  return n;
+}
+
+bool is_library_call(std::string_view op) {
+  return op == "aten::mm.default" || op == "aten::addmm.default" || op == "aten::bmm.default" ||
+         op == "aten::baddbmm.default";
+}
 
 std::string Program::describe() const {
   std::ostringstream os;

@@ -268,3 +268,22 @@ TEST(Patterns, NativeStepsRoundTripThroughBytes) {
   EXPECT_EQ(back, p);
   EXPECT_NE(p.describe().find("native neuron::rope (5 graph nodes)"), std::string::npos) << p.describe();
 }
+
+TEST(Patterns, ScalarConstantsBecomeImmediatesOfTheirGroup) {
+  // SDPA's boolean mask as the attention takes it: where(mask, 0, -inf).
+  GraphBuilder b;
+  const int32_t mask = b.input(DType::kBool, {1, 1, 2, 8});
+  const int32_t ninf = b.node("aten::scalar_tensor.default", {F(-INFINITY), Arg::integer(6)}, DType::kFloat32, {});
+  const int32_t zero = b.node("aten::scalar_tensor.default", {F(0.0), Arg::integer(6)}, DType::kFloat32, {});
+  b.output(b.node("aten::where.self", {T(mask), T(zero), T(ninf)}, DType::kFloat32, {1, 1, 2, 8}));
+  const Graph g = b.build();
+  CompileReport rep;
+  compile_graph(g, &rep);
+  EXPECT_EQ(rep.folded, 2);
+  EXPECT_EQ(rep.extern_calls, 0);
+  EXPECT_EQ(rep.fused_groups, 1);
+  const CompiledRun r = compile_and_run(g, nullptr, 8);
+  const auto* m = static_cast<const uint8_t*>(r.buffers.inputs[0]);
+  const std::vector<double> got = r.output(0);
+  for (size_t e = 0; e < 16; ++e) EXPECT_EQ(got[e], m[e] ? 0.0 : -INFINITY) << e;
+}

@@ -31,8 +31,10 @@ CompiledGraph::CompiledGraph(nc::Program program, nc::CompileReport report, std:
       task_name_("compiled " + label_),
       externs_(std::make_shared<ExternAtenCalls>(*program_)) {}
 
-std::shared_ptr<CompiledGraph> CompiledGraph::compile(const std::string& text, const std::string& label) {
+std::shared_ptr<CompiledGraph> CompiledGraph::compile(const std::string& text, const std::string& label,
+                                                     bool keep_ir) {
   nc::CompileReport report;
+  report.keep_ir = keep_ir;
   nc::Program program;
   try {
     program = nc::compile_text(text, &report);
@@ -55,6 +57,9 @@ std::shared_ptr<CompiledGraph> CompiledGraph::load(const std::string& bytes, con
   nc::CompileReport report;
   report.fused_groups = program.fused_groups();
   report.fused_nodes = program.fused_nodes();
+  report.library_calls = program.library_calls();
+  report.folded = program.folded;
+  report.reinplaced = program.reinplaced;
   report.extern_calls = program.extern_calls();
   report.native_kernels = program.native_kernels();
   report.native_nodes = program.native_nodes();

@@ -156,8 +156,12 @@ ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()
     const auto& schema = op->schema();
     TORCH_CHECK(schema.arguments().size() == s.node.args.size(), "[neuron] compiled graph: step ", i, " (",
                 s.node.op, "): ", s.node.args.size(), " arguments given, the schema has ", schema.arguments().size());
-    // An input mutation writes its first argument and has no output value.
-    const size_t returns = s.node.op == nc::kCopyInto ? 0 : schema.returns().size();
+    // An input mutation, and an op the compiler made in-place (reinplace.hpp),
+    // writes its first argument and has no output value.
+    const bool writes_self = !schema.arguments().empty() && schema.arguments()[0].alias_info() &&
+                             schema.arguments()[0].alias_info()->isWrite();
+    const size_t returns = s.node.op == nc::kCopyInto || (writes_self && s.node.outputs.empty())
+                               ? 0 : schema.returns().size();
     TORCH_CHECK(returns == s.node.outputs.size(), "[neuron] compiled graph: step ", i, " (",
                 s.node.op, "): ", s.node.outputs.size(), " outputs given, the schema has ", schema.returns().size());
     Resolved r{*op, {}};

@@ -17,6 +17,9 @@ void bind_compiler(py::module_& m) {
         d["extern"] = r.extern_calls;
         d["native_kernels"] = r.native_kernels;
         d["native_nodes"] = r.native_nodes;
+        d["reinplaced"] = r.reinplaced;
+        d["folded"] = r.folded;
+        d["library_calls"] = r.library_calls;
         d["arena_bytes"] = r.arena_bytes;
         d["output_bytes"] = [&] {
           int64_t total = 0;
@@ -30,11 +33,13 @@ void bind_compiler(py::module_& m) {
         times["lowering"] = r.lowering_ms;
         times["planning"] = r.planning_ms;
         d["times_ms"] = times;
+        d["ir"] = py::dict(py::arg("patterns") = r.ir_patterns, py::arg("fusion") = r.ir_fusion);
         return d;
       })
       .def("describe", [](const CompiledGraph& g) { return g.program().describe(); })
       .def("serialize", [](const CompiledGraph& g) { return py::bytes(g.program().serialize()); });
-  m.def("_compile_graph", &CompiledGraph::compile, py::arg("graph_text"), py::arg("label"));
+  m.def("_compile_graph", &CompiledGraph::compile, py::arg("graph_text"), py::arg("label"),
+        py::arg("keep_ir") = false);
   m.def("_load_compiled_graph", [](const py::bytes& b, const std::string& label) {
     return CompiledGraph::load(std::string(b), label);
   }, py::arg("program"), py::arg("label"));

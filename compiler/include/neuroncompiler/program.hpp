@@ -50,6 +50,9 @@ struct Program {
   std::vector<int64_t> output_storage_bytes; // what the caller allocates, per output storage
   int64_t arena_bytes = 0;
   std::vector<Step> steps;
+  // Graph nodes the compiler removed (a cached program reports them too):
+  // scalar constants folded into groups, copies back made unnecessary by re-inplacing.
+  int32_t folded = 0, reinplaced = 0;
   bool operator==(const Program&) const = default;
 
   std::string serialize() const;
@@ -62,8 +65,12 @@ struct Program {
   int native_kernels() const;
   int native_nodes() const;  // graph nodes inside native steps
   int fused_nodes() const;   // graph nodes inside fused groups
+  int library_calls() const; // extern matrix products (oneDNN/MKL or the skinny matmul)
   // A readable listing (steps, buffers), for debug dumps.
   std::string describe() const;
 };
+
+// A matrix product (the GEMM libraries ATen calls, or the device's skinny matmul).
+bool is_library_call(std::string_view op);
 
 }  // namespace neuroncompiler

@@ -55,6 +55,7 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dic
     metrics.note_program(record, info.kind, {
         "executor": "compiler", "reason": None, "cache": cache_state,
         "native_kernels": report["native_kernels"], "native_nodes": report["native_nodes"],
+        "reinplaced": report["reinplaced"], "folded": report["folded"], "library_calls": report["library_calls"],
         "fused_groups": report["fused_groups"], "fused_nodes": report["fused_nodes"], "extern": report["extern"],
         "arena_bytes": report["arena_bytes"], "output_bytes": report["output_bytes"],
     }, {f"{phase}_{info.kind}": ms for phase, ms in report["times_ms"].items()})
@@ -63,6 +64,9 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dic
     from . import debug
 
     debug.dump_text(info.debug_dir, record, f"graph_{info.kind}.neurongraph", text)
+    for ir_pass, ir in report["ir"].items():  # empty for a program from the cache
+        if ir:
+            debug.dump_text(info.debug_dir, record, f"ir_{info.kind}_{ir_pass}.txt", ir)
     debug.dump_text(info.debug_dir, record, f"program_{info.kind}.txt", compiled.describe())
 
     plan = calls.CallPlan(serialized)
@@ -113,7 +117,7 @@ def _program(text: str, info: GraphInfo, label: str):
 
             warnings.warn(f"[neuron] compile cache: entry {key[:16]} does not load ({exc}); compiling again")
     if compiled is None:
-        compiled = _C._compile_graph(text, label)
+        compiled = _C._compile_graph(text, label, info.debug_dir is not None)
         cache.store(key, compiled.serialize())
     _programs[key] = compiled
     return compiled, state
