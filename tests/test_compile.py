@@ -195,6 +195,7 @@ def test_dropout_is_reproducible_under_manual_seed():
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert torch.equal(a, eager)  # the device generator, drawn as eager draws
     assert 0.4 < (a == 0).float().mean() < 0.6
+    assert all(p["executor"] == "compiler" for r in records() for p in r["programs"].values())
 
 
 # ------------------------------------------------------------ optimizer, autocast

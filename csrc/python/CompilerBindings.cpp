@@ -20,6 +20,13 @@ void bind_compiler(py::module_& m) {
         d["reinplaced"] = r.reinplaced;
         d["folded"] = r.folded;
         d["library_calls"] = r.library_calls;
+        py::dict extern_ops;  // op -> extern steps running it
+        for (const auto& s : g.program().steps) {
+          if (s.kind != neuroncompiler::Step::Kind::kExtern) continue;
+          const py::str op(s.node.op);
+          extern_ops[op] = (extern_ops.contains(op) ? extern_ops[op].cast<int>() : 0) + 1;
+        }
+        d["extern_ops"] = extern_ops;
         d["arena_bytes"] = r.arena_bytes;
         d["output_bytes"] = [&] {
           int64_t total = 0;

@@ -56,6 +56,7 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dic
         "executor": "compiler", "reason": None, "cache": cache_state,
         "native_kernels": report["native_kernels"], "native_nodes": report["native_nodes"],
         "reinplaced": report["reinplaced"], "folded": report["folded"], "library_calls": report["library_calls"],
+        "extern_ops": dict(report["extern_ops"]),
         "fused_groups": report["fused_groups"], "fused_nodes": report["fused_nodes"], "extern": report["extern"],
         "arena_bytes": report["arena_bytes"], "output_bytes": report["output_bytes"],
     }, {f"{phase}_{info.kind}": ms for phase, ms in report["times_ms"].items()})

@@ -130,6 +130,13 @@ class _Writer:
         self.storages.setdefault(key, (vid, offset))
         return vid, False
 
+    def fresh_value(self, like, dtype):
+        """A new value with `like`'s sizes and strides (an intermediate the
+        serializer writes itself)."""
+        vid = len(self.values)
+        self._record(vid, dtype, "-", 0, list(like.shape), list(like.stride()))
+        return vid
+
     def _record(self, vid, dtype, base, offset, sizes, strides):
         dims = " ".join(str(s) for s in sizes + strides)
         self.values.append(f"value {vid} {_DTYPE_NAMES[dtype]} {base} {offset} {len(sizes)}{' ' + dims if dims else ''}")
@@ -285,6 +292,9 @@ def _serialize_op(node, w, env):
         raise Unsupported(f"node {node.name} ({name}): its result depends on tensor values read on the host")
     schema = op._schema
     native = name in _NATIVE_OPS
+    if name == "aten::native_dropout.default":
+        _serialize_dropout(node, w, env)
+        return
     if not native and torch.Tag.nondeterministic_seeded in op.tags and not any(
             "Generator" in str(a.type) for a in schema.arguments):
         # Its CPU kernel would draw from the CPU generator, not the device's.
@@ -326,3 +336,33 @@ def _serialize_op(node, w, env):
     args = [_arg_token(v, env, node, n) for n, v in _schema_args(node)]
     outs = ["_" if i is None else f"%{i}" for i in ids]
     w.lines.append(f"node {name} {len(outs)} {' '.join(outs)} {len(args)}{' ' + ' '.join(args) if args else ''}")
+
+
+def _serialize_dropout(node, w, env):
+    """native_dropout(x, p, train) as the device's eager kernel computes it
+    (csrc/aten/native/Random.cpp): mask = bernoulli(empty_like(x, bool), 1 - p)
+    drawn from the device generator (bernoulli has a generator argument, so the
+    extern call draws from it, exactly as eager draws), output = x * mask * scale.
+    A training graph with dropout is then one program, reproducible under
+    torch.manual_seed and equal to eager."""
+    x, p, train = [a for _, a in _schema_args(node)]
+    out_val, mask_val = node.meta["val"]
+    if train is False:
+        raise Unsupported(f"node {node.name}: native_dropout with train=False")
+    if not isinstance(p, float):
+        raise Unsupported(f"node {node.name}: dropout probability {p!r}")
+    keep = 1.0 - p
+    scale = 0.0 if keep == 0 else 1.0 / keep
+    src = _arg_token(x, env, node, "input")
+    empty = w.fresh_value(mask_val, torch.bool)
+    mask, _ = w.tensor_value(mask_val, node)
+    kept = w.fresh_value(out_val, out_val.dtype)
+    out, _ = w.tensor_value(out_val, node)
+    w.lines += [
+        f"node aten::empty_like.default 1 %{empty} 6 {src} i{_SCALAR_TYPES[torch.bool]} _ _ _ _",
+        f"node aten::bernoulli.p 1 %{mask} 3 %{empty} f{keep!r} _",
+        f"node aten::mul.Tensor 1 %{kept} 2 {src} %{mask}",
+        f"node aten::mul.Tensor 1 %{out} 2 %{kept} f{scale!r}",
+    ]
+    env[node] = (out, mask)
+
