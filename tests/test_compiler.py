@@ -451,3 +451,18 @@ def test_a_training_step_with_dropout_is_compiled_and_equals_eager():
     progs = programs()
     assert progs["forward"]["executor"] == "compiler" and progs["backward"]["executor"] == "compiler", progs
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_full_tensor_is_part_of_a_fused_group(dtype):
+    """torch.full in the graph (aten::full) is a group member with no loads, not an extern call."""
+    def f(x):
+        return x * torch.full((4, 24), -1.25, dtype=x.dtype, device=x.device) + 0.5
+
+    compiled = torch.compile(f, backend="neuron")
+    x = torch.randn(4, 24).to(dtype)
+    compiled(x.to("neuron"))
+    got = one_submission(compiled, x.to("neuron"))
+    torch.testing.assert_close(got.cpu(), f(x), **(TOL if dtype == torch.float32 else BF16_TOL))
+    prog = programs()["inference"]
+    assert prog["executor"] == "compiler" and prog["fused_groups"] == 1, prog
+    assert "aten::full.default" not in prog["extern_ops"], prog
