@@ -452,6 +452,43 @@ def test_a_training_step_with_dropout_is_compiled_and_equals_eager():
     assert progs["forward"]["executor"] == "compiler" and progs["backward"]["executor"] == "compiler", progs
 
 
+def test_constants_of_the_graph_are_inputs_of_the_program():
+    """A tensor built from literals inside the compiled function is a constant of the AOT
+    graph (get_attr): the program takes it as an input on every call."""
+    def f(x):
+        return (x + torch.tensor([1.0, 2.0, 3.0], device=x.device)).exp()
+
+    compiled = torch.compile(f, backend="neuron")
+    x = torch.randn(4, 3)
+    compiled(x.to("neuron"))
+    got = one_submission(compiled, x.to("neuron"))
+    torch.testing.assert_close(got.cpu(), f(x), **TOL)
+    assert programs()["inference"]["executor"] == "compiler", programs()
+
+
+def test_extern_calls_write_their_planned_buffers():
+    """Extern ATen calls with a structured out= overload (mm above the skinny matmul's rows,
+    cumsum, topk with both results read) write the program's buffers directly, arena values
+    and program outputs alike; topk with one result read keeps the functional call."""
+    def f(x, w):
+        h = torch.mm(x, w)  # an arena value read by the next steps
+        c = torch.cumsum(h, dim=0)
+        vals, idx = torch.topk(c, 5, dim=-1)
+        only_vals = torch.topk(h.t(), 3, dim=-1).values
+        return c.exp(), vals * 2, idx, only_vals + 1, torch.mm(c, w.t())
+
+    compiled = torch.compile(f, backend="neuron")
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 48), torch.randn(48, 40) / 8
+    compiled(x.to("neuron"), w.to("neuron"))
+    got = one_submission(compiled, x.to("neuron"), w.to("neuron"))
+    for g, e in zip(got, f(x, w)):
+        torch.testing.assert_close(g.cpu(), e, **TOL)
+    prog = programs()["inference"]
+    assert prog["executor"] == "compiler", prog
+    assert {"aten::mm.default", "aten::cumsum.default", "aten::topk.default"} <= set(prog["extern_ops"]), prog
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_full_tensor_is_part_of_a_fused_group(dtype):
     """torch.full in the graph (aten::full) is a group member with no loads, not an extern call."""
