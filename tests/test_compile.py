@@ -195,6 +195,7 @@ def test_dropout_is_reproducible_under_manual_seed():
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert torch.equal(a, eager)  # the device generator, drawn as eager draws
     assert 0.4 < (a == 0).float().mean() < 0.6
+    assert all(p["executor"] == "compiler" for r in records() for p in r["programs"].values())
 
 
 # ------------------------------------------------------------ optimizer, autocast
@@ -437,7 +438,11 @@ def test_compile_metrics_record(tmp_path, monkeypatch):
     folder = tmp_path / f"graph_{record['graph_id']:04d}"
     assert sorted(p.name for p in folder.iterdir()) == [
         "aot_backward.py", "aot_forward.py", "dynamo.py", "graph_backward.neurongraph", "graph_forward.neurongraph",
+        "ir_backward_fusion.txt", "ir_backward_patterns.txt", "ir_forward_fusion.txt", "ir_forward_patterns.txt",
         "program_backward.txt", "program_forward.txt", "record.json"]
+    # The IR after each pass: the forward's layer norm is the device's row-norm kernel.
+    assert "node neuron::row_norm" in (folder / "ir_forward_patterns.txt").read_text()
+    assert "fused group" in (folder / "ir_forward_fusion.txt").read_text()
     forward = (folder / "aot_forward.py").read_text()
     for kept in ("aten.embedding", "aten.addmm", "aten.native_layer_norm", "aten._softmax", "aten.gelu"):
         assert kept in forward, f"{kept} should stay whole in the AOT graph"
@@ -487,14 +492,11 @@ def test_hf_generate_static_cache_auto_compiles(arch):
                 first = len(records())
     assert first == (1 if arch == "llama" else 2), [r["recompile_reason"] for r in records()]
     assert len(records()) == first, [r["recompile_reason"] for r in records()[first:]]
-    # The dense decode step runs as one compiled program (the device's attention as SDPA's
-    # CPU kernel); sliding-window steps take the cache's fill level as an int input, which
-    # the compiler does not take yet: they run eagerly, saying so.
+    # Every decode step runs as one compiled program with the device's kernels (attention,
+    # RMSNorm, rotary embedding); sliding-window steps take the cache's fill level as an
+    # int input, computed on the host per call.
     for p in (p for r in records() for p in r["programs"].values()):
-        if arch == "llama":
-            assert p["executor"] == "compiler" and p["fused_groups"] > 0, p
-        else:
-            assert p["executor"] == "eager" and "SymInt" in p["reason"], p
+        assert p["executor"] == "compiler" and p["native_kernels"] > 0 and p["fused_groups"] > 0, p
 
 
 def test_hf_llama_training_step_equals_eager(tmp_path):

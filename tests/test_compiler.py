@@ -1,4 +1,5 @@
-"""The graph compiler behind torch.compile(backend="neuron") (compiler/, csrc/compiler/).
+"""The graph compiler behind torch.compile(backend="neuron") (compiler/, csrc/compiler/):
+fusion, the device's kernels in programs (pattern fusion), integer inputs as runtime values.
 
 Each compiled result is compared with PyTorch on CPU; each test also checks
 that the compiler really ran: the record of compile_metrics() names the
@@ -272,3 +273,233 @@ def test_an_error_inside_the_program_names_the_step_and_the_process_keeps_workin
             compiled(torch.tensor([0, 9], device="neuron"))
             torch.neuron.synchronize()
         assert compiled(torch.tensor([3, 1], device="neuron")).shape == (2, 3)
+
+
+# ------------------------------------------------ the device's kernels in programs
+# Pattern fusion (compiler/include/neuroncompiler/patterns.hpp): norms, the rotary
+# embedding and attention run the device's own kernels inside the program.
+
+
+def one_submission(fn, *args):
+    """fn(*args), asserting that the call queued exactly one task on the device."""
+    out, tasks = submissions(fn, *args)
+    assert tasks == 1
+    return out
+
+
+class HFRMSNorm(torch.nn.Module):
+    """Hugging Face's LlamaRMSNorm, as written there."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(d))
+
+    def forward(self, x):
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(torch.nn.Module):
+    """Norm, projections, rotary embedding (as the Llama family writes it) and SDPA
+    with grouped-query heads: what a decoder layer's attention half does."""
+
+    def __init__(self, d=64, heads=4, kv_heads=2, norm="rms"):
+        super().__init__()
+        self.h, self.kv, self.hd = heads, kv_heads, d // heads
+        self.norm = HFRMSNorm(d) if norm == "rms" else torch.nn.LayerNorm(d)
+        self.q = torch.nn.Linear(d, d, bias=False)
+        self.k = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.v = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.o = torch.nn.Linear(d, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, d = x.shape
+        h = self.norm(x)
+        q = self.q(h).view(b, t, self.h, self.hd).transpose(1, 2)
+        k = self.k(h).view(b, t, self.kv, self.hd).transpose(1, 2)
+        v = self.v(h).view(b, t, self.kv, self.hd).transpose(1, 2)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return x + self.o(a.transpose(1, 2).reshape(b, t, d))
+
+
+def rope_tables(b, t, hd):
+    inv = 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd))
+    freqs = torch.arange(t).float()[:, None] * inv[None]
+    emb = torch.cat((freqs, freqs), -1).expand(b, t, hd)
+    return emb.cos(), emb.sin()
+
+
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_attention_block_runs_the_device_kernels(norm):
+    model, cpu = pair(lambda: Attention(norm=norm))
+    x = torch.randn(2, 12, 64)
+    cos, sin = rope_tables(2, 12, 16)
+    args = [a.to("neuron") for a in (x, cos, sin)]
+    compiled = torch.compile(model, backend="neuron")
+    with torch.no_grad():
+        compiled(*args)
+        got = one_submission(compiled, *args)
+        ref = cpu(x, cos, sin)
+    torch.testing.assert_close(got.cpu(), ref, rtol=1e-4, atol=1e-4)
+    (program,) = programs().values()
+    # norm, rotary embedding of q and of k, attention
+    assert program["executor"] == "compiler" and program["native_kernels"] == 4, program
+    assert program["native_nodes"] == (1 if norm == "layer" else 6) + 10 + 1, program
+
+
+def test_training_step_runs_the_attention_kernel_forward_and_backward():
+    model, _ = pair(Attention)
+    eager = copy.deepcopy(model)
+    x = torch.randn(2, 10, 64, device="neuron", requires_grad=True)
+    cos, sin = (t.to("neuron") for t in rope_tables(2, 10, 16))
+    compiled = torch.compile(model, backend="neuron")
+    for _ in range(2):
+        for m in (model, eager):
+            m.zero_grad()
+        x.grad = None
+        compiled(x, cos, sin).square().mean().backward()
+        got = x.grad.clone()
+        x.grad = None
+        eager(x, cos, sin).square().mean().backward()
+        torch.testing.assert_close(got.cpu(), x.grad.cpu(), **TOL)
+        for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-4, atol=1e-5, msg=name)
+    progs = programs()
+    assert progs["forward"]["executor"] == "compiler" and progs["backward"]["executor"] == "compiler", progs
+    assert progs["forward"]["native_kernels"] >= 4 and progs["backward"]["native_kernels"] >= 1, progs
+
+
+def test_bfloat16_rms_norm_matches_cpu():
+    model, cpu = pair(lambda: HFRMSNorm(96), torch.bfloat16)
+    x = torch.randn(3, 5, 96).bfloat16()
+    compiled = torch.compile(model, backend="neuron")
+    with torch.no_grad():
+        got = one_submission(compiled, x.to("neuron"))
+        ref = cpu(x)
+    torch.testing.assert_close(got.cpu().float(), ref.float(), rtol=1e-2, atol=1e-2)
+    assert programs()["inference"]["native_kernels"] == 1
+
+
+def test_attention_with_dropout_takes_the_math_path_drawn_as_eager():
+    """The device's attention has no dropout: SDPA picks the math path, whose dropout the
+    program draws from the device generator as eager does."""
+    def f(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+
+    q = torch.randn(1, 2, 4, 8, device="neuron")
+    torch.manual_seed(5)
+    got = torch.compile(f, backend="neuron")(q, q, q)
+    torch.manual_seed(5)
+    torch.testing.assert_close(got.cpu(), f(q, q, q).cpu(), **TOL)
+    (program,) = programs().values()
+    assert program["executor"] == "compiler" and program["native_kernels"] == 0, program
+
+
+class Counter:
+    def __init__(self):
+        self.n = 3
+
+
+def test_integer_inputs_are_runtime_values_of_one_program():
+    """An int that Dynamo makes a runtime value (as hf_integration makes a sliding-window
+    cache's fill level) is computed on the host per call: one program, one submission per
+    call, no recompilation when it changes."""
+    state = Counter()
+
+    def step(x):
+        state.n += 1
+        return (x * 2).exp() + 1
+
+    for _ in range(2):  # a queued op sets this thread's intra-op threads, which Dynamo guards on
+        torch.ones(2, device="neuron").exp()
+    compiled = torch.compile(step, backend="neuron")
+    x = torch.randn(8, device="neuron")
+    with torch.compiler.config.patch(dynamic_sources=r".*\.n"):
+        for n in range(4, 8):
+            got = one_submission(compiled, x)
+            assert state.n == n
+            torch.testing.assert_close(got.cpu(), (x.cpu() * 2).exp() + 1, **TOL)
+    assert len(torchneuron.compile_metrics()) == 1, [r["recompile_reason"] for r in torchneuron.compile_metrics()]
+    assert programs()["inference"]["executor"] == "compiler"
+
+
+def test_a_training_step_with_dropout_is_compiled_and_equals_eager():
+    """Dropout draws its mask from the device generator inside the program, as eager draws
+    it: under one seed, compiled and eager gradients agree (another mask would zero other
+    units; the GELU's last bits differ between the tile interpreter and ATen)."""
+    model, _ = pair(lambda: torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Dropout(0.3), torch.nn.GELU(),
+                                                torch.nn.Linear(32, 4)))
+    eager = copy.deepcopy(model)
+    x = torch.randn(8, 16, device="neuron")
+    compiled = torch.compile(model, backend="neuron")
+    for seed in (3, 4):
+        for m, run in ((model, compiled), (eager, eager)):
+            m.zero_grad()
+            torch.manual_seed(seed)
+            run(x).square().sum().backward()
+        for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), **TOL, msg=name)
+    progs = programs()
+    assert progs["forward"]["executor"] == "compiler" and progs["backward"]["executor"] == "compiler", progs
+
+
+def test_constants_of_the_graph_are_inputs_of_the_program():
+    """A tensor built from literals inside the compiled function is a constant of the AOT
+    graph (get_attr): the program takes it as an input on every call."""
+    def f(x):
+        return (x + torch.tensor([1.0, 2.0, 3.0], device=x.device)).exp()
+
+    compiled = torch.compile(f, backend="neuron")
+    x = torch.randn(4, 3)
+    compiled(x.to("neuron"))
+    got = one_submission(compiled, x.to("neuron"))
+    torch.testing.assert_close(got.cpu(), f(x), **TOL)
+    assert programs()["inference"]["executor"] == "compiler", programs()
+
+
+def test_extern_calls_write_their_planned_buffers():
+    """Extern ATen calls with a structured out= overload (mm above the skinny matmul's rows,
+    cumsum, topk with both results read) write the program's buffers directly, arena values
+    and program outputs alike; topk with one result read keeps the functional call."""
+    def f(x, w):
+        h = torch.mm(x, w)  # an arena value read by the next steps
+        c = torch.cumsum(h, dim=0)
+        vals, idx = torch.topk(c, 5, dim=-1)
+        only_vals = torch.topk(h.t(), 3, dim=-1).values
+        return c.exp(), vals * 2, idx, only_vals + 1, torch.mm(c, w.t())
+
+    compiled = torch.compile(f, backend="neuron")
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 48), torch.randn(48, 40) / 8
+    compiled(x.to("neuron"), w.to("neuron"))
+    got = one_submission(compiled, x.to("neuron"), w.to("neuron"))
+    for g, e in zip(got, f(x, w)):
+        torch.testing.assert_close(g.cpu(), e, **TOL)
+    prog = programs()["inference"]
+    assert prog["executor"] == "compiler", prog
+    assert {"aten::mm.default", "aten::cumsum.default", "aten::topk.default"} <= set(prog["extern_ops"]), prog
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_full_tensor_is_part_of_a_fused_group(dtype):
+    """torch.full in the graph (aten::full) is a group member with no loads, not an extern call."""
+    def f(x):
+        return x * torch.full((4, 24), -1.25, dtype=x.dtype, device=x.device) + 0.5
+
+    compiled = torch.compile(f, backend="neuron")
+    x = torch.randn(4, 24).to(dtype)
+    compiled(x.to("neuron"))
+    got = one_submission(compiled, x.to("neuron"))
+    torch.testing.assert_close(got.cpu(), f(x), **(TOL if dtype == torch.float32 else BF16_TOL))
+    prog = programs()["inference"]
+    assert prog["executor"] == "compiler" and prog["fused_groups"] == 1, prog
+    assert "aten::full.default" not in prog["extern_ops"], prog

@@ -5,7 +5,11 @@
 
 #include "neuroncompiler/fusion.hpp"
 #include "neuroncompiler/graph_format.hpp"
+#include "neuroncompiler/graph_format.hpp"
 #include "neuroncompiler/memory_plan.hpp"
+#include "neuroncompiler/native_ops.hpp"
+#include "neuroncompiler/patterns.hpp"
+#include "neuroncompiler/reinplace.hpp"
 #include "neuroncompiler/tile_lowering.hpp"
 
 namespace neuroncompiler {
@@ -21,12 +25,27 @@ int64_t buffer_bytes(const Layout& l) { return l.extent() * dtype_size(l.dtype);
 
 }  // namespace
 
-Program compile_graph(const Graph& g, CompileReport* report) {
+Program compile_graph(const Graph& graph, CompileReport* report) {
   CompileReport local;
   CompileReport& rep = report ? *report : local;
   auto t0 = Clock::now();
+  Graph g = graph;
+  rep.folded = rewrite_patterns(g).folded;
+  rep.reinplaced = reinplace(g);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    // The device's own ops (its fused attention) have no CPU kernel for an
+    // extern call: the pattern pass must have taken them.
+    if (g.nodes[i].op.find("_overrideable") != std::string::npos) {
+      throw NotLowered(g.describe_node(i) + ": the device's kernel does not take its arguments here");
+    }
+  }
+  rep.patterns_ms = ms_since(t0);
+  if (rep.keep_ir) rep.ir_patterns = format_graph(g);
+
+  t0 = Clock::now();
   const Schedule schedule = fuse(g);
   rep.fusion_ms = ms_since(t0);
+  if (rep.keep_ir) rep.ir_fusion = describe_schedule(g, schedule);
 
   t0 = Clock::now();
   Program p;
@@ -44,10 +63,18 @@ Program compile_graph(const Graph& g, CompileReport* report) {
       step.graph_nodes = static_cast<int32_t>(group.nodes.size());
       ++rep.fused_groups;
       rep.fused_nodes += step.graph_nodes;
+    } else if (is_native_op(g.nodes[ss.node].op)) {
+      step.kind = Step::Kind::kNative;
+      step.node = g.nodes[ss.node];
+      step.graph_nodes = step.node.replaces;
+      step.node.replaces = 1;  // the step carries the count (Program's byte format)
+      ++rep.native_kernels;
+      rep.native_nodes += step.graph_nodes;
     } else {
       step.kind = Step::Kind::kExtern;
       step.node = g.nodes[ss.node];
       ++rep.extern_calls;
+      rep.library_calls += is_library_call(step.node.op);
     }
     p.steps.push_back(std::move(step));
   }
@@ -106,13 +133,15 @@ Program compile_graph(const Graph& g, CompileReport* report) {
   }
   p.arena_bytes = plan.arena_bytes;
   for (size_t v = 0; v < g.values.size(); ++v) p.values[v].buffer = buffer_of[g.root(static_cast<int32_t>(v))];
-  // Extern results nobody reads have no buffer: the call discards them.
+  // Extern and native results nobody reads have no buffer: the step discards them.
   for (Step& s : p.steps) {
-    if (s.kind != Step::Kind::kExtern) continue;
+    if (s.kind == Step::Kind::kFused) continue;
     for (int32_t& o : s.node.outputs) if (o >= 0 && p.values[o].buffer < 0) o = -1;
   }
   rep.planning_ms = ms_since(t0);
   rep.arena_bytes = p.arena_bytes;
+  p.folded = rep.folded;
+  p.reinplaced = rep.reinplaced;
   return p;
 }
 

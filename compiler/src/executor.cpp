@@ -4,6 +4,7 @@
 #include <string>
 
 #include "neuroncompiler/interpreter.hpp"
+#include "neuroncompiler/native_ops.hpp"
 
 namespace neuroncompiler {
 
@@ -34,6 +35,14 @@ void run_program(const Program& p, const RunBuffers& b, ExternCalls& externs,
     const Step& s = p.steps[i];
     if (s.kind == Step::Kind::kExtern) {
       externs.call(p, b, s);  // its errors keep their type; the callback names the step
+      continue;
+    }
+    if (s.kind == Step::Kind::kNative) {
+      try {
+        run_native(p, b, s, parallel_for);
+      } catch (const std::exception& e) {
+        throw std::runtime_error("compiled program step " + std::to_string(i) + " (native " + s.node.op + "): " + e.what());
+      }
       continue;
     }
     try {

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "neuroncompiler/pointwise_ops.hpp"
+#include "neuroncompiler/reinplace.hpp"
 
 namespace neuroncompiler {
 namespace {
@@ -41,7 +42,7 @@ Schedule fuse(const Graph& g) {
     const std::vector<int32_t> args = tensor_args(n);
     const bool copy_into = n.op == kCopyInto;
     // Groups that read a buffer this node overwrites must run before it.
-    if (copy_into) {
+    if (writes_first_argument(n)) {
       const int32_t dst = g.root(static_cast<int32_t>(n.args[0].i));
       for (auto& st : state) if (st.open && st.loaded.count(dst)) st.open = false;
     }
@@ -129,6 +130,29 @@ Schedule fuse(const Graph& g) {
     }
   }
   return s;
+}
+
+std::string describe_schedule(const Graph& g, const Schedule& s) {
+  std::string out = "schedule: " + std::to_string(s.steps.size()) + " steps, " + std::to_string(s.groups.size()) +
+                    " fused groups\n";
+  auto values = [&](const Node& n) {
+    std::string v;
+    for (int32_t o : n.outputs) v += " %" + std::to_string(o);
+    return v;
+  };
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    const ScheduledStep& st = s.steps[i];
+    if (st.kind == ScheduledStep::Kind::kNode) {
+      out += "  step " + std::to_string(i) + ": " + g.describe_node(st.node) + " ->" + values(g.nodes[st.node]) + "\n";
+      continue;
+    }
+    const FusedGroup& group = s.groups[static_cast<size_t>(st.group)];
+    out += "  step " + std::to_string(i) + ": fused group" + (group.reduces ? " (reduces)" : "") + " over [";
+    for (size_t d = 0; d < group.shape.size(); ++d) out += (d ? "," : "") + std::to_string(group.shape[d]);
+    out += "]\n";
+    for (size_t n : group.nodes) out += "    " + g.describe_node(n) + " ->" + values(g.nodes[n]) + "\n";
+  }
+  return out;
 }
 
 }  // namespace neuroncompiler

@@ -20,6 +20,7 @@ enum class Form : uint8_t {
   kPowScalar,    // pow(self, exponent scalar)
   kSigmoidBackward, kTanhBackward, kSiluBackward, kThresholdBackward, kGeluBackward,
   kAddcmul, kAddcdiv,
+  kFull,         // full(size, value): the value everywhere (a group with no loads)
 };
 
 struct Entry {
@@ -80,6 +81,7 @@ const std::unordered_map<std::string_view, Entry>& table() {
       {"aten::gelu_backward.default", {Form::kGeluBackward}},
       {"aten::addcmul.default", {Form::kAddcmul}},
       {"aten::addcdiv.default", {Form::kAddcdiv}},
+      {"aten::full.default", {Form::kFull}},
   };
   return kTable;
 }
@@ -93,7 +95,7 @@ const Entry* find(std::string_view op) {
 // How many leading arguments are operands (tensors or scalars).
 int operand_count(Form f) {
   switch (f) {
-    case Form::kUnary: case Form::kLogicalNot: case Form::kGelu: return 1;
+    case Form::kUnary: case Form::kLogicalNot: case Form::kGelu: case Form::kFull: return 1;
     case Form::kCast: return 1;
     case Form::kWhere: case Form::kAddcmul: case Form::kAddcdiv: case Form::kThresholdBackward: return 3;
     default: return 2;
@@ -111,8 +113,8 @@ bool is_pointwise(const Graph& g, const Node& n) {
   if (copy_into ? !n.outputs.empty() : (n.outputs.size() != 1 || n.outputs[0] < 0)) return false;
   const Value& out = g.value(copy_into ? static_cast<int32_t>(n.args[0].i) : n.outputs[0]);
   if (!is_tile_storable(out.layout.dtype)) return false;
-  // copy_ and copy read their source second.
-  const int first = copy_into || n.op == "aten::copy.default" ? 1 : 0;
+  // copy_ and copy read their source second; full's value follows its size.
+  const int first = copy_into || n.op == "aten::copy.default" || e->form == Form::kFull ? 1 : 0;
   if (n.op == "aten::bitwise_not.default" &&
       (n.args[0].kind != Arg::Kind::kTensor || g.value(static_cast<int32_t>(n.args[0].i)).layout.dtype != DType::kBool)) {
     return false;  // bitwise on integers is not a logical not
@@ -213,6 +215,7 @@ int32_t emit_pointwise(const Graph&, const Node& n, const TileEmitter& emit) {
       return emit.op(TileOp::kSub, arg(1), self, -1);
     }
     case Form::kCast: return arg(n.op == kCopyInto || n.op == "aten::copy.default" ? 1 : 0);
+    case Form::kFull: return arg(1);
     case Form::kWhere: return emit.op(TileOp::kWhere, arg(1), arg(2), arg(0));
     case Form::kGelu: {
       const bool tanh = a.size() > 1 && a[1].kind == Arg::Kind::kString && a[1].s == "tanh";

@@ -124,13 +124,15 @@ std::string Program::serialize() const {
   w.ids(outputs);
   w.ints(output_storage_bytes);
   w.i64(arena_bytes);
+  w.pod(folded);
+  w.pod(reinplaced);
   w.i64(static_cast<int64_t>(steps.size()));
   for (const auto& s : steps) {
     w.pod(s.kind);
     w.pod(s.graph_nodes);
     if (s.kind == Step::Kind::kFused) {
       w.tiles(s.tiles);
-    } else {
+    } else {  // extern and native steps: the node
       w.str(s.node.op);
       w.i64(static_cast<int64_t>(s.node.args.size()));
       for (const auto& a : s.node.args) w.arg(a);
@@ -165,9 +167,11 @@ Program Program::deserialize(std::string_view bytes) {
   p.outputs = r.ids();
   p.output_storage_bytes = r.ints();
   p.arena_bytes = r.pod<int64_t>();
+  p.folded = r.pod<int32_t>();
+  p.reinplaced = r.pod<int32_t>();
   p.steps.resize(static_cast<size_t>(r.count()));
   for (auto& s : p.steps) {
-    s.kind = r.enumerated<Step::Kind>(2);
+    s.kind = r.enumerated<Step::Kind>(3);
     s.graph_nodes = r.pod<int32_t>();
     if (s.kind == Step::Kind::kFused) {
       s.tiles = r.tiles();
@@ -212,16 +216,32 @@ Program Program::deserialize(std::string_view bytes) {
   return p;
 }
 
-int Program::fused_groups() const {
+namespace {
+
+// Steps of a kind, or the graph nodes inside them.
+int count(const std::vector<Step>& steps, Step::Kind kind, bool graph_nodes = false) {
   int n = 0;
-  for (const auto& s : steps) n += s.kind == Step::Kind::kFused;
+  for (const auto& s : steps) n += s.kind == kind ? (graph_nodes ? s.graph_nodes : 1) : 0;
   return n;
 }
 
-int Program::extern_calls() const {
+}  // namespace
+
+int Program::fused_groups() const { return count(steps, Step::Kind::kFused); }
+int Program::extern_calls() const { return count(steps, Step::Kind::kExtern); }
+int Program::native_kernels() const { return count(steps, Step::Kind::kNative); }
+int Program::native_nodes() const { return count(steps, Step::Kind::kNative, true); }
+int Program::fused_nodes() const { return count(steps, Step::Kind::kFused, true); }
+
+int Program::library_calls() const {
   int n = 0;
-  for (const auto& s : steps) n += s.kind == Step::Kind::kExtern;
+  for (const auto& s : steps) n += s.kind == Step::Kind::kExtern && is_library_call(s.node.op);
   return n;
+}
+
+bool is_library_call(std::string_view op) {
+  return op == "aten::mm.default" || op == "aten::addmm.default" || op == "aten::bmm.default" ||
+         op == "aten::baddbmm.default";
 }
 
 std::string Program::describe() const {
@@ -235,8 +255,10 @@ std::string Program::describe() const {
   }
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& s = steps[i];
-    if (s.kind == Step::Kind::kExtern) {
-      os << "  step " << i << ": extern " << s.node.op << " ->";
+    if (s.kind != Step::Kind::kFused) {
+      os << "  step " << i << ": " << (s.kind == Step::Kind::kExtern ? "extern " : "native ") << s.node.op;
+      if (s.kind == Step::Kind::kNative) os << " (" << s.graph_nodes << " graph nodes)";
+      os << " ->";
       for (int32_t o : s.node.outputs) os << " %" << o;
       os << "\n";
       continue;

@@ -147,6 +147,9 @@ class Reference {
       else if (n.op == "aten::mul.Tensor") v = x(0) * x(1);
       else if (n.op == "aten::div.Tensor") v = x(0) / x(1);
       else if (n.op == "aten::exp.default") v = std::exp(x(0));
+      else if (n.op == "aten::pow.Tensor_Scalar") v = std::pow(x(0), x(1));
+      else if (n.op == "aten::rsqrt.default") v = 1 / std::sqrt(x(0));
+      else if (n.op == "aten::full.default") v = x(1);
       else if (n.op == "aten::neg.default") v = -x(0);
       else if (n.op == "aten::relu.default") v = x(0) > 0 ? x(0) : 0;
       else if (n.op == "aten::sigmoid.default") v = 1 / (1 + std::exp(-x(0)));

@@ -125,3 +125,17 @@ TEST(Fusion, AViewOfAGroupValueIsReadFromMemory) {
   EXPECT_EQ(s.groups.size(), 2u);
   EXPECT_TRUE(s.materialized[a]);
 }
+
+TEST(Fusion, AFullTensorIsAGroupWithoutLoads) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {3, 5});
+  const int32_t z = b.node("aten::full.default", {Arg::int_list({3, 5}), F(0.5), Arg::integer(6), Arg::none(),
+                                                  Arg::none(), Arg::boolean(false)},
+                           DType::kFloat32, {3, 5});
+  b.output(b.node("aten::add.Tensor", {T(x), T(z), Arg::integer(1)}, DType::kFloat32, {3, 5}));
+  const Graph g = b.build();
+  const Schedule s = fuse(g);
+  EXPECT_EQ(count(s, ScheduledStep::Kind::kNode), 0);
+  ASSERT_EQ(s.groups.size(), 1u);  // the add joins the full's group
+  EXPECT_EQ(s.groups[0].nodes.size(), 2u);
+}

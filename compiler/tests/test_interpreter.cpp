@@ -235,3 +235,14 @@ TEST(TileProgram, ValidateRefusesUnsetSlots) {
   p.instrs.push_back(neg);
   EXPECT_THROW(p.validate(), CompileError);
 }
+
+TEST(Interpreter, AFullTensorInAGroup) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kBFloat16, {4, 300});
+  const int32_t z = b.node("aten::full.default", {Arg::int_list({4, 300}), F(-1.25), Arg::integer(15), Arg::none(),
+                                                  Arg::none(), Arg::boolean(false)},
+                           DType::kBFloat16, {4, 300});
+  b.output(z);
+  b.output(b.node("aten::mul.Tensor", {T(x), T(z)}, DType::kBFloat16, {4, 300}));
+  check(b.build());
+}

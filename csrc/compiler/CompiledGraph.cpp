@@ -31,11 +31,16 @@ CompiledGraph::CompiledGraph(nc::Program program, nc::CompileReport report, std:
       task_name_("compiled " + label_),
       externs_(std::make_shared<ExternAtenCalls>(*program_)) {}
 
-std::shared_ptr<CompiledGraph> CompiledGraph::compile(const std::string& text, const std::string& label) {
+std::shared_ptr<CompiledGraph> CompiledGraph::compile(const std::string& text, const std::string& label,
+                                                     bool keep_ir) {
   nc::CompileReport report;
+  report.keep_ir = keep_ir;
   nc::Program program;
   try {
     program = nc::compile_text(text, &report);
+  } catch (const nc::NotLowered& e) {
+    // Not an error of the graph: the caller runs it eagerly, with this reason.
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "[neuron] compile ", label, ": not lowered: ", e.what());
   } catch (const nc::CompileError& e) {
     TORCH_CHECK(false, "[neuron] compile ", label, ": ", e.what());
   }
@@ -51,7 +56,13 @@ std::shared_ptr<CompiledGraph> CompiledGraph::load(const std::string& bytes, con
   }
   nc::CompileReport report;
   report.fused_groups = program.fused_groups();
+  report.fused_nodes = program.fused_nodes();
+  report.library_calls = program.library_calls();
+  report.folded = program.folded;
+  report.reinplaced = program.reinplaced;
   report.extern_calls = program.extern_calls();
+  report.native_kernels = program.native_kernels();
+  report.native_nodes = program.native_nodes();
   report.arena_bytes = program.arena_bytes;
   return std::shared_ptr<CompiledGraph>(new CompiledGraph(std::move(program), report, label));
 }

@@ -20,8 +20,11 @@ class CompiledGraph {
  public:
   // Parses and compiles the serialized graph (compiler/include/neuroncompiler/
   // graph_format.hpp). `label` names the graph in errors ("graph 3 (forward)").
-  // Throws c10::Error with the compiler's message.
-  static std::shared_ptr<CompiledGraph> compile(const std::string& graph_text, const std::string& label);
+  // Throws c10::Error with the compiler's message (NotImplementedError for a
+  // graph the compiler does not lower). keep_ir keeps the IR after each pass
+  // in the report (debug dumps).
+  static std::shared_ptr<CompiledGraph> compile(const std::string& graph_text, const std::string& label,
+                                                bool keep_ir = false);
   // A program from Program::serialize() bytes.
   static std::shared_ptr<CompiledGraph> load(const std::string& program_bytes, const std::string& label);
 

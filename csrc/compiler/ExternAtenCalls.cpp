@@ -1,5 +1,7 @@
 #include "csrc/compiler/ExternAtenCalls.h"
 
+#include <algorithm>
+
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/List.h>
 #include <ATen/ScalarOps.h>
@@ -7,6 +9,8 @@
 
 #include "csrc/aten/CpuKernelCall.h"
 #include "csrc/aten/DeviceTensors.h"
+#include "csrc/aten/Launch.h"
+#include "csrc/aten/OpPlan.h"
 #include "csrc/aten/native/Matmul.h"
 
 namespace torchneuron {
@@ -156,11 +160,20 @@ ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()
     const auto& schema = op->schema();
     TORCH_CHECK(schema.arguments().size() == s.node.args.size(), "[neuron] compiled graph: step ", i, " (",
                 s.node.op, "): ", s.node.args.size(), " arguments given, the schema has ", schema.arguments().size());
-    // An input mutation writes its first argument and has no output value.
-    const size_t returns = s.node.op == nc::kCopyInto ? 0 : schema.returns().size();
+    // An input mutation, and an op the compiler made in-place (reinplace.hpp),
+    // writes its first argument and has no output value.
+    const bool writes_self = !schema.arguments().empty() && schema.arguments()[0].alias_info() &&
+                             schema.arguments()[0].alias_info()->isWrite();
+    const size_t returns = s.node.op == nc::kCopyInto || (writes_self && s.node.outputs.empty())
+                               ? 0 : schema.returns().size();
     TORCH_CHECK(returns == s.node.outputs.size(), "[neuron] compiled graph: step ", i, " (",
                 s.node.op, "): ", s.node.outputs.size(), " outputs given, the schema has ", schema.returns().size());
-    Resolved r{*op, {}};
+    Resolved r{*op, {}, std::nullopt, nullptr};
+    if (s.node.op != nc::kCopyInto && !s.node.outputs.empty()) {
+      OpPlan& plan = plan_for(*op);
+      r.out_op = plan.out_op;
+      r.out_op_ok = &plan.out_op_ok;
+    }
     for (const auto& arg : schema.arguments()) {
       const auto& type = arg.real_type();
       const bool gen = type->kind() == c10::TypeKind::GeneratorType ||
@@ -224,6 +237,22 @@ void ExternAtenCalls::run(const Resolved& r, const nc::Program& p, const nc::Ste
   }
   CpuAliases aliases;
   Stack cpu = cpu_arguments(args, r.arg_is_generator, device, schema.name().c_str(), aliases);
+  const bool every_output_planned = std::all_of(step.node.outputs.begin(), step.node.outputs.end(),
+                                                [&](int32_t o) { return o >= 0; });
+  if (r.out_op && every_output_planned && r.out_op_ok->load(std::memory_order_relaxed)) {
+    // The out= kernel writes the planned buffers directly (a GEMM's result is
+    // not allocated and copied).
+    std::vector<at::Tensor> passed, expected;
+    for (int32_t o : step.node.outputs) {
+      const at::Tensor t = value_tensor(p, storages, o);
+      expected.push_back(cpu_alias(t));
+      passed.push_back(cpu_alias(t, /*resizable=*/true));
+      cpu.emplace_back(passed.back());
+    }
+    call_cpu_kernel(*r.out_op, &cpu);
+    if (!copy_moved_outputs(passed, expected)) r.out_op_ok->store(false, std::memory_order_relaxed);
+    return;
+  }
   call_cpu_kernel(r.op, &cpu);
   Stack targets;
   for (int32_t o : step.node.outputs) {

@@ -7,6 +7,7 @@
 // neuron does (csrc/aten/native/Matmul.h).
 #pragma once
 
+#include <atomic>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,6 +55,10 @@ class ExternAtenCalls {
   struct Resolved {
     c10::OperatorHandle op;
     std::vector<bool> arg_is_generator;
+    // The op's out= overload (as the eager fallback finds it): results are
+    // written straight into the planned buffers instead of copied there.
+    std::optional<c10::OperatorHandle> out_op;
+    std::atomic<bool>* out_op_ok = nullptr;  // shared with eager: false once a kernel used out= as scratch
   };
   static bool run_skinny_matmul(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
                                 const ProgramStorages& storages);

@@ -16,6 +16,17 @@ void bind_compiler(py::module_& m) {
         d["fused_nodes"] = r.fused_nodes;
         d["extern"] = r.extern_calls;
         d["native_kernels"] = r.native_kernels;
+        d["native_nodes"] = r.native_nodes;
+        d["reinplaced"] = r.reinplaced;
+        d["folded"] = r.folded;
+        d["library_calls"] = r.library_calls;
+        py::dict extern_ops;  // op -> extern steps running it
+        for (const auto& s : g.program().steps) {
+          if (s.kind != neuroncompiler::Step::Kind::kExtern) continue;
+          const py::str op(s.node.op);
+          extern_ops[op] = (extern_ops.contains(op) ? extern_ops[op].cast<int>() : 0) + 1;
+        }
+        d["extern_ops"] = extern_ops;
         d["arena_bytes"] = r.arena_bytes;
         d["output_bytes"] = [&] {
           int64_t total = 0;
@@ -24,15 +35,18 @@ void bind_compiler(py::module_& m) {
         }();
         py::dict times;
         times["parse"] = r.parse_ms;
+        times["patterns"] = r.patterns_ms;
         times["fusion"] = r.fusion_ms;
         times["lowering"] = r.lowering_ms;
         times["planning"] = r.planning_ms;
         d["times_ms"] = times;
+        d["ir"] = py::dict(py::arg("patterns") = r.ir_patterns, py::arg("fusion") = r.ir_fusion);
         return d;
       })
       .def("describe", [](const CompiledGraph& g) { return g.program().describe(); })
       .def("serialize", [](const CompiledGraph& g) { return py::bytes(g.program().serialize()); });
-  m.def("_compile_graph", &CompiledGraph::compile, py::arg("graph_text"), py::arg("label"));
+  m.def("_compile_graph", &CompiledGraph::compile, py::arg("graph_text"), py::arg("label"),
+        py::arg("keep_ir") = false);
   m.def("_load_compiled_graph", [](const py::bytes& b, const std::string& label) {
     return CompiledGraph::load(std::string(b), label);
   }, py::arg("program"), py::arg("label"));

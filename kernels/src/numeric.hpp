@@ -88,6 +88,35 @@ inline void store_f32(void* dst, DType t, int64_t stride, int64_t n, const float
 
 inline size_t dtype_size(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 
+// Element i of a buffer of type t, as float32.
+inline float load_one(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kFloat32: return static_cast<const float*>(p)[i];
+    case DType::kBFloat16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::kFloat16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  }
+  return 0.0f;
+}
+
+// Stores v as element i of a buffer of type t (rounded to nearest even).
+inline void store_one(void* p, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::kFloat32: static_cast<float*>(p)[i] = v; return;
+    case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(v); return;
+    case DType::kFloat16: static_cast<uint16_t*>(p)[i] = f32_to_f16(v); return;
+  }
+}
+
+// v rounded to type t, as float32 (what storing and reloading it gives).
+inline float round_to(float v, DType t) {
+  switch (t) {
+    case DType::kFloat32: return v;
+    case DType::kBFloat16: return bf16_to_f32(f32_to_bf16(v));
+    case DType::kFloat16: return f16_to_f32(f32_to_f16(v));
+  }
+  return v;
+}
+
 inline const char* at_element(const View4& v, int64_t a, int64_t b, int64_t c, int64_t d) {
   return static_cast<const char*>(v.data) + v.offset(a, b, c, d) * int64_t(dtype_size(v.dtype));
 }

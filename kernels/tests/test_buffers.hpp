@@ -37,6 +37,9 @@ struct Buffer {
   void* data() { return bytes.data(); }
 };
 
+// v rounded to type t as a store of it rounds (through float32, as the kernels compute).
+inline double rounded(double v, nk::DType t) { return nk::round_to(static_cast<float>(v), t); }
+
 inline void threaded_for(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
   const int64_t workers = 3;
   std::vector<std::thread> ts;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "neuroncompiler/ir.hpp"
@@ -33,5 +34,9 @@ struct Schedule {
 };
 
 Schedule fuse(const Graph& graph);
+
+// A readable listing of the schedule (each step: a group and its member nodes,
+// or a node of its own), for the debug dump of the IR after fusion.
+std::string describe_schedule(const Graph& graph, const Schedule& schedule);
 
 }  // namespace neuroncompiler

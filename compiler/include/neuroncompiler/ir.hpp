@@ -19,6 +19,13 @@ struct CompileError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// A well-formed graph with a node that has no kernel to run it in a program
+// (the device's own ops whose arguments its kernels do not take): the caller
+// runs the graph another way (torchneuron: eagerly, with this reason).
+struct NotLowered : CompileError {
+  using CompileError::CompileError;
+};
+
 // The op name of an input mutation: args (dst tensor, src tensor), no outputs.
 inline constexpr const char* kCopyInto = "aten::copy_";
 
@@ -70,6 +77,10 @@ struct Node {
   std::string op;                // "aten::add.Tensor" (schema name and overload)
   std::vector<Arg> args;         // every schema argument, in order
   std::vector<int32_t> outputs;  // value ids; -1 for a result nobody uses
+  // Graph nodes this node stands for: 1, or more for a node the pattern pass
+  // put in place of a subgraph (neuroncompiler/patterns.hpp). Not serialized
+  // in the graph text (Python never writes pattern nodes).
+  int32_t replaces = 1;
   bool operator==(const Node&) const = default;
 };
 

@@ -15,7 +15,7 @@
 
 namespace neuroncompiler {
 
-inline constexpr uint32_t kProgramFormatVersion = 1;
+inline constexpr uint32_t kProgramFormatVersion = 2;
 
 struct Buffer {
   enum class Kind : uint8_t { kInput, kOutput, kArena };
@@ -32,10 +32,11 @@ struct ProgramValue {
 };
 
 struct Step {
-  enum class Kind : uint8_t { kFused, kExtern };
+  // kNative: one of the device's kernels (native_ops.hpp) the executor runs itself.
+  enum class Kind : uint8_t { kFused, kExtern, kNative };
   Kind kind = Kind::kExtern;
   TileProgram tiles;            // kFused
-  Node node;                    // kExtern: the node (args and outputs are value ids)
+  Node node;                    // kExtern, kNative: the node (args and outputs are value ids)
   int32_t graph_nodes = 1;      // graph nodes the step runs
   bool operator==(const Step&) const = default;
 };
@@ -49,6 +50,9 @@ struct Program {
   std::vector<int64_t> output_storage_bytes; // what the caller allocates, per output storage
   int64_t arena_bytes = 0;
   std::vector<Step> steps;
+  // Graph nodes the compiler removed (a cached program reports them too):
+  // scalar constants folded into groups, copies back made unnecessary by re-inplacing.
+  int32_t folded = 0, reinplaced = 0;
   bool operator==(const Program&) const = default;
 
   std::string serialize() const;
@@ -58,8 +62,15 @@ struct Program {
 
   int fused_groups() const;
   int extern_calls() const;
+  int native_kernels() const;
+  int native_nodes() const;  // graph nodes inside native steps
+  int fused_nodes() const;   // graph nodes inside fused groups
+  int library_calls() const; // extern matrix products (oneDNN/MKL or the skinny matmul)
   // A readable listing (steps, buffers), for debug dumps.
   std::string describe() const;
 };
+
+// A matrix product (the GEMM libraries ATen calls, or the device's skinny matmul).
+bool is_library_call(std::string_view op);
 
 }  // namespace neuroncompiler

@@ -4,7 +4,12 @@
 <dir>/graph_<id>/aot_forward.py   AOTAutograd's forward (or aot_inference.py)
 <dir>/graph_<id>/aot_backward.py  its backward, written at the first backward call
 <dir>/graph_<id>/graph_<kind>.neurongraph  the serialized graph the compiler read (serialize.py)
+<dir>/graph_<id>/ir_<kind>_patterns.txt     the IR after pattern fusion and re-inplacing (graph text,
+                                            native ops as neuron::* nodes)
+<dir>/graph_<id>/ir_<kind>_fusion.txt       the IR after elementwise fusion: the schedule, each step a
+                                            group with its member nodes or a node of its own
 <dir>/graph_<id>/program_<kind>.txt         the compiled program: steps, buffers, arena
+(the ir_* files come with a compilation: a program loaded from the cache has none)
 <dir>/graph_<id>/record.json      the graph's compile_metrics() record, updated with each file
 """
 import json

@@ -14,16 +14,18 @@ interpreter, every other node as an extern call of its ATen CPU kernel on the
 device buffers, intermediates in one planned arena.
 
 A graph that cannot be one submission (serialize.Unsupported: symbolic
-shapes, data-dependent output shapes, host reads, constants, other devices)
-runs eagerly instead, node by node as the device's eager kernels; the record
-says which path each graph took and why.
+shapes, data-dependent output shapes, host reads, other devices; or a node the
+compiler does not lower, such as the device's attention with dropout) runs
+eagerly instead, node by node as the device's eager kernels; the record says
+which path each graph took and why. Integer inputs and constants go through
+the call plan (calls.py).
 """
 import re
 from dataclasses import dataclass
 
 import torch
 
-from . import metrics, serialize
+from . import calls, metrics, serialize
 
 NAME = "compiler"  # recorded in compile_metrics() as the record's "executor"
 
@@ -40,17 +42,22 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dic
     record = record if record is not None else {}
     try:
         with metrics.phase(record, f"serialize_{info.kind}"):
-            text, _ = serialize.serialize(gm)
-    except serialize.Unsupported as why:
-        metrics.note_program(record, info.kind, {"executor": "eager", "reason": str(why.args[0])})
+            serialized = serialize.serialize(gm)
+        text = serialized.text
+        label = f"graph {info.graph_id} ({info.kind})"
+        compiled, cache_state = _program(text, info, label)
+    except (serialize.Unsupported, NotImplementedError) as why:
+        # NotImplementedError: the compiler's NotLowered (a node its kernels do not take).
+        reason = str(why.args[0]).split("not lowered: ")[-1].split("\n")[0]
+        metrics.note_program(record, info.kind, {"executor": "eager", "reason": reason})
         return _eager(gm, info)
-    label = f"graph {info.graph_id} ({info.kind})"
-    compiled, cache_state = _program(text, info, label)
     report = compiled.report
     metrics.note_program(record, info.kind, {
         "executor": "compiler", "reason": None, "cache": cache_state,
-        "native_kernels": report["native_kernels"], "fused_groups": report["fused_groups"],
-        "fused_nodes": report["fused_nodes"], "extern": report["extern"],
+        "native_kernels": report["native_kernels"], "native_nodes": report["native_nodes"],
+        "reinplaced": report["reinplaced"], "folded": report["folded"], "library_calls": report["library_calls"],
+        "extern_ops": dict(report["extern_ops"]),
+        "fused_groups": report["fused_groups"], "fused_nodes": report["fused_nodes"], "extern": report["extern"],
         "arena_bytes": report["arena_bytes"], "output_bytes": report["output_bytes"],
     }, {f"{phase}_{info.kind}": ms for phase, ms in report["times_ms"].items()})
     states = {p["cache"] for p in record.get("programs", {}).values() if p.get("executor") == "compiler"}
@@ -58,13 +65,19 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dic
     from . import debug
 
     debug.dump_text(info.debug_dir, record, f"graph_{info.kind}.neurongraph", text)
+    for ir_pass, ir in report["ir"].items():  # empty for a program from the cache
+        if ir:
+            debug.dump_text(info.debug_dir, record, f"ir_{info.kind}_{ir_pass}.txt", ir)
     debug.dump_text(info.debug_dir, record, f"program_{info.kind}.txt", compiled.describe())
 
+    plan = calls.CallPlan(serialized)
+
     def run(args):
-        inputs = list(args)
+        inputs = plan.program_inputs(args)
+        host = plan.host_values(args) if not plan.trivial else None
         args.clear()  # boxed: the caller's list lets go of inputs we no longer need
         try:
-            return compiled.run(inputs)
+            return plan.results(compiled.run(inputs), host)
         except Exception as exc:
             exc.add_note(f"[neuron] in compiled {label}")
             raise
@@ -105,7 +118,7 @@ def _program(text: str, info: GraphInfo, label: str):
 
             warnings.warn(f"[neuron] compile cache: entry {key[:16]} does not load ({exc}); compiling again")
     if compiled is None:
-        compiled = _C._compile_graph(text, label)
+        compiled = _C._compile_graph(text, label, info.debug_dir is not None)
         cache.store(key, compiled.serialize())
     _programs[key] = compiled
     return compiled, state

@@ -7,14 +7,23 @@ fake tensor (`node.meta["val"]`); a view is not a node but a value over its
 base's buffer, found by the fake tensors sharing a storage. Input mutations
 (functionalized `copy_` into a graph input) stay nodes that write the input.
 
+Two kinds of graph values are not tensors of the program:
+- constants (`get_attr`: a tensor the graph holds, e.g. `torch.tensor([-1])`
+  traced into it) are inputs of the program, passed by the caller on every call;
+- integers (`SymInt` inputs such as a sliding-window cache's fill level, which
+  Dynamo makes a runtime value, and the integer arithmetic on them) are host
+  values: the caller computes them per call (calls.py), so a graph whose
+  integers only flow from its inputs to its outputs is still one program.
+
 A graph that cannot run as one device submission raises `Unsupported` with the
-reason: symbolic shapes, ops whose output shape depends on data or that read
-values on the host, tensors on another device, constants in the graph, ops
+reason: symbolic shapes, integers used by tensor ops, ops whose output shape
+depends on data or that read values on the host, tensors on another device, ops
 without a CPU kernel for the extern call, random ops without a generator
 argument (their CPU kernel would not draw from the device generator).
 """
 import math
 import operator
+from dataclasses import dataclass, field
 
 import torch
 
@@ -40,6 +49,32 @@ _HOST_TAGS = (torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output)
 
 class Unsupported(Exception):
     """The graph cannot run as one submission; args[0] says why (names the node)."""
+
+
+@dataclass
+class Serialized:
+    """A graph as the compiler reads it, and how a call maps to the program.
+
+    inputs: per program input, ("arg", i) for the graph's i-th input or
+    ("const", tensor) for a constant. host_inputs: (fx node, i) for integer
+    inputs. host_nodes: integer arithmetic, in graph order. outputs: per graph
+    output, ("program", j), ("host", fx node) or ("none", None)."""
+    text: str
+    input_names: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)
+    host_inputs: list = field(default_factory=list)
+    host_nodes: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+
+
+# The device's fused attention, forward and backward: the compiler puts its
+# attention kernel in their place (compiler/include/neuroncompiler/patterns.hpp).
+_NATIVE_OPS = ("aten::_scaled_dot_product_fused_attention_overrideable.default",
+               "aten::_scaled_dot_product_fused_attention_overrideable_backward.default")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool)
 
 
 def _storage_key(t):
@@ -94,6 +129,13 @@ class _Writer:
         self._record(vid, t.dtype, "-", 0, sizes, strides)
         self.storages.setdefault(key, (vid, offset))
         return vid, False
+
+    def fresh_value(self, like, dtype):
+        """A new value with `like`'s sizes and strides (an intermediate the
+        serializer writes itself)."""
+        vid = len(self.values)
+        self._record(vid, dtype, "-", 0, list(like.shape), list(like.stride()))
+        return vid
 
     def _record(self, vid, dtype, base, offset, sizes, strides):
         dims = " ".join(str(s) for s in sizes + strides)
@@ -166,20 +208,38 @@ def _op_name(op):
     return f"{schema.name}.{schema.overload_name or 'default'}"
 
 
-def serialize(gm: torch.fx.GraphModule) -> tuple[str, list[str]]:
-    """(graph text, input names). Raises Unsupported."""
+def serialize(gm: torch.fx.GraphModule) -> Serialized:
+    """The graph's text and call plan. Raises Unsupported."""
     w = _Writer()
     env = {}  # fx node -> value id, or a tuple of value ids for multi-output nodes
-    input_names = []
+    out = Serialized(text="")
+    host = set()  # fx nodes computed on the host (integers)
+    position = 0
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             val = node.meta.get("val")
+            if _is_int(val):
+                host.add(node)
+                out.host_inputs.append((node, position))
+                position += 1
+                continue
             if not isinstance(val, torch.Tensor):
                 raise Unsupported(f"input {node.name} is a {type(val).__name__}, not a tensor")
             vid, _ = w.tensor_value(val, node, is_input=True)
             env[node] = vid
             w.lines.append(f"input %{vid} {node.name}")
-            input_names.append(node.name)
+            out.input_names.append(node.name)
+            out.inputs.append(("arg", position))
+            position += 1
+        elif node.op == "call_function" and _is_int(node.meta.get("val")) and not isinstance(
+                node.target, torch._ops.OpOverload):
+            for a in node.args:
+                if isinstance(a, torch.fx.Node) and a not in host:
+                    raise Unsupported(f"node {node.name}: an integer computed from {a.name}")
+                if not isinstance(a, torch.fx.Node) and not _is_int(a):
+                    raise Unsupported(f"node {node.name}: {node.target} of {type(a).__name__}")
+            host.add(node)
+            out.host_nodes.append(node)
         elif node.op == "call_function" and node.target is operator.getitem:
             parent, index = node.args
             ids = env.get(parent)
@@ -190,21 +250,39 @@ def serialize(gm: torch.fx.GraphModule) -> tuple[str, list[str]]:
             _serialize_op(node, w, env)
         elif node.op == "output":
             outs = []
-            for out in node.args[0]:
-                if out is None:
-                    outs.append("_")
-                elif isinstance(out, torch.fx.Node) and isinstance(env.get(out), int):
-                    outs.append(f"%{env[out]}")
+            for result in node.args[0]:
+                if result is None:
+                    out.outputs.append(("none", None))
+                elif result in host:
+                    out.outputs.append(("host", result))
+                elif isinstance(result, torch.fx.Node) and isinstance(env.get(result), int):
+                    out.outputs.append(("program", len(outs)))
+                    outs.append(f"%{env[result]}")
                 else:
-                    raise Unsupported(f"output {out} is not a tensor the graph computes")
+                    raise Unsupported(f"output {result} is not a tensor the graph computes")
             w.lines.append("output" + "".join(" " + o for o in outs))
         elif node.op == "get_attr":
-            raise Unsupported(f"node {node.name}: a constant tensor in the graph")
+            const = getattr(gm, node.target)
+            if not isinstance(const, torch.Tensor):
+                raise Unsupported(f"node {node.name}: a constant {type(const).__name__}")
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+            with unset_fake_temporarily():  # AOTAutograd builds under its fake mode
+                const = const.detach()
+                if const.device.type != "neuron":
+                    # Moved once; the device is the graph's (the first neuron tensor seen).
+                    const = const.to(w.device or "neuron")
+            vid, _ = w.tensor_value(const, node, is_input=True)
+            env[node] = vid
+            w.lines.append(f"input %{vid} {node.name}")
+            out.input_names.append(node.name)
+            out.inputs.append(("const", const))
         else:
             raise Unsupported(f"node {node.name}: {node.op} {node.target}")
     if w.device is None:
         raise Unsupported("the graph has no neuron tensor")
-    return w.text(), input_names
+    out.text = w.text()
+    return out
 
 
 def _serialize_op(node, w, env):
@@ -213,10 +291,11 @@ def _serialize_op(node, w, env):
     if any(tag in op.tags for tag in _HOST_TAGS):
         raise Unsupported(f"node {node.name} ({name}): its result depends on tensor values read on the host")
     schema = op._schema
-    if name == "aten::_scaled_dot_product_fused_attention_overrideable.default":
-        _serialize_attention(node, w, env)
+    native = name in _NATIVE_OPS
+    if name == "aten::native_dropout.default":
+        _serialize_dropout(node, w, env)
         return
-    if torch.Tag.nondeterministic_seeded in op.tags and not any(
+    if not native and torch.Tag.nondeterministic_seeded in op.tags and not any(
             "Generator" in str(a.type) for a in schema.arguments):
         # Its CPU kernel would draw from the CPU generator, not the device's.
         raise Unsupported(f"node {node.name} ({name}): draws random numbers with no generator argument")
@@ -232,10 +311,11 @@ def _serialize_op(node, w, env):
         raise Unsupported(f"node {node.name} ({name}): an in-place op in a functional graph")
     val = node.meta.get("val")
     results = list(val) if isinstance(val, (tuple, list)) else [val]
+    used = {u.args[1] for u in node.users if u.target is operator.getitem}
     ids, views = [], []
-    for r in results:
-        if r is None:
-            ids.append(None)
+    for index, r in enumerate(results):
+        if r is None or (native and not isinstance(r, torch.Tensor) and index not in used):
+            ids.append(None)  # the attention's unused sequence lengths
             continue
         vid, is_view = w.tensor_value(r, node)
         ids.append(vid)
@@ -245,36 +325,44 @@ def _serialize_op(node, w, env):
         return  # a view: metadata over its base, no work
     if any(views):
         raise Unsupported(f"node {node.name} ({name}): results that are partly views")
-    if len(schema.returns) != len(results) or any(str(r.type) not in ("Tensor", "Optional[Tensor]") for r in schema.returns):
+    if len(schema.returns) != len(results) or (not native and any(
+            str(r.type) not in ("Tensor", "Optional[Tensor]") for r in schema.returns)):
         raise Unsupported(f"node {node.name} ({name}): returns {schema.returns}")
-    # The *_overrideable ops are the hooks out-of-tree devices implement (their
+    # Other *_overrideable ops are hooks out-of-tree devices implement (their
     # CPU entry is a stub): they run as the device's own kernels, eagerly.
-    if "_overrideable" in schema.name or not torch._C._dispatch_has_computed_kernel_for_dispatch_key(
-            name.removesuffix(".default"), "CPU"):
+    if not native and ("_overrideable" in schema.name or not torch._C._dispatch_has_computed_kernel_for_dispatch_key(
+            name.removesuffix(".default"), "CPU")):
         raise Unsupported(f"node {node.name} ({name}): no CPU kernel for an extern call")
     args = [_arg_token(v, env, node, n) for n, v in _schema_args(node)]
     outs = ["_" if i is None else f"%{i}" for i in ids]
     w.lines.append(f"node {name} {len(outs)} {' '.join(outs)} {len(args)}{' ' + ' '.join(args) if args else ''}")
 
 
-def _serialize_attention(node, w, env):
-    """The device's fused attention (the hook SDPA picks on neuron) in a graph that
-    reads only its output, without dropout: an extern call of
-    `scaled_dot_product_attention`, whose CPU kernel computes the same attention.
-    Training graphs read its log-sum-exp too: those run eagerly."""
-    q, k, v, bias, dropout_p, is_causal, _debug = [a for _, a in _schema_args(node)][:7]
-    scale = node.kwargs.get("scale")
-    if any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
-        raise Unsupported(f"node {node.name}: the fused attention's log-sum-exp is used (training)")
-    if dropout_p:
-        raise Unsupported(f"node {node.name}: attention with dropout")
-    out = node.meta["val"][0]
-    vid, is_view = w.tensor_value(out, node)
-    if is_view:
-        raise Unsupported(f"node {node.name}: attention output viewing another value")
-    env[node] = (vid,)
-    gqa = q.meta["val"].shape[-3] != k.meta["val"].shape[-3]
-    args = [_arg_token(a, env, node, n) for n, a in
-            (("query", q), ("key", k), ("value", v), ("attn_mask", bias), ("dropout_p", 0.0),
-             ("is_causal", is_causal), ("scale", scale), ("enable_gqa", gqa))]
-    w.lines.append(f"node aten::scaled_dot_product_attention.default 1 %{vid} {len(args)} {' '.join(args)}")
+def _serialize_dropout(node, w, env):
+    """native_dropout(x, p, train) as the device's eager kernel computes it
+    (csrc/aten/native/Random.cpp): mask = bernoulli(empty_like(x, bool), 1 - p)
+    drawn from the device generator (bernoulli has a generator argument, so the
+    extern call draws from it, exactly as eager draws), output = x * mask * scale.
+    A training graph with dropout is then one program, reproducible under
+    torch.manual_seed and equal to eager."""
+    x, p, train = [a for _, a in _schema_args(node)]
+    out_val, mask_val = node.meta["val"]
+    if train is False:
+        raise Unsupported(f"node {node.name}: native_dropout with train=False")
+    if not isinstance(p, float):
+        raise Unsupported(f"node {node.name}: dropout probability {p!r}")
+    keep = 1.0 - p
+    scale = 0.0 if keep == 0 else 1.0 / keep
+    src = _arg_token(x, env, node, "input")
+    empty = w.fresh_value(mask_val, torch.bool)
+    mask, _ = w.tensor_value(mask_val, node)
+    kept = w.fresh_value(out_val, out_val.dtype)
+    out, _ = w.tensor_value(out_val, node)
+    w.lines += [
+        f"node aten::empty_like.default 1 %{empty} 6 {src} i{_SCALAR_TYPES[torch.bool]} _ _ _ _",
+        f"node aten::bernoulli.p 1 %{mask} 3 %{empty} f{keep!r} _",
+        f"node aten::mul.Tensor 1 %{kept} 2 {src} %{mask}",
+        f"node aten::mul.Tensor 1 %{out} 2 %{kept} f{scale!r}",
+    ]
+    env[node] = (out, mask)
+

@@ -1,0 +1,37 @@
+// Native steps: the device's own kernels (kernels/: attention, row norms,
+// rotary embedding) run inside a program straight on its buffers, in place
+// of ATen nodes or whole subgraphs that the pattern pass (patterns.hpp)
+// recognized. Each native op is a Node whose op name starts with "neuron::";
+// its arguments are value ids (kTensor, or kNone for an absent operand) and
+// scalars, its outputs value ids (-1: not wanted).
+#pragma once
+
+#include <string_view>
+
+#include "neuroncompiler/executor.hpp"
+#include "neuroncompiler/program.hpp"
+
+namespace neuroncompiler {
+
+// args (q, k, v, mask|none, causal b, scale f); outputs (out, lse, seed, offset):
+// lse float32 [B, Hq, L]; seed and offset (int64 scalars a training graph
+// saves for the backward; no dropout here) are written as 0.
+inline constexpr std::string_view kNativeAttention = "neuron::attention";
+// args (grad_out, q, k, v, mask|none, out, lse, causal b, scale f);
+// outputs (dq, dk, dv).
+inline constexpr std::string_view kNativeAttentionBackward = "neuron::attention_backward";
+// args (x, weight|none, bias|none, eps f, subtract_mean b, normalized dtype i
+// (-1: no rounding before the weight)); outputs (y, mean, rstd). x and y are
+// rows of the last dimension (neuronkernels/norm.hpp).
+inline constexpr std::string_view kNativeRowNorm = "neuron::row_norm";
+// args (x, cos, sin); outputs (out) (neuronkernels/rope.hpp).
+inline constexpr std::string_view kNativeRope = "neuron::rope";
+
+bool is_native_op(std::string_view op);
+
+// Runs a native step. Throws std::runtime_error / CompileError naming what is
+// wrong; the caller names the step.
+void run_native(const Program& program, const RunBuffers& buffers, const Step& step,
+                const neuronkernels::ParallelFor& parallel_for);
+
+}  // namespace neuroncompiler

@@ -1,0 +1,30 @@
+// The pattern pass: puts native ops (native_ops.hpp: the device's own
+// kernels) in place of the ATen nodes and subgraphs they compute, before
+// fusion. What it recognizes:
+//  - the device's fused attention, forward and backward (the op SDPA picks on
+//    neuron, without dropout): the device's attention kernel, as eager runs it;
+//  - native_layer_norm, and RMSNorm as Hugging Face writes it
+//    (x * rsqrt(mean(x^2) + eps), optionally cast, optionally times a weight,
+//    from a 16-bit x through a float32 cast or not): one row-norm kernel pass;
+//  - the Llama family's rotary embedding x * cos + cat(-x2, x1) * sin: one
+//    pass of the rotary kernel;
+//  - scalar_tensor constants read only by pointwise nodes: immediates of
+//    those nodes' tiles.
+// A subgraph is replaced only when its intermediate values are read by
+// nothing else, are not graph outputs, and the kernels take its layouts and
+// types; otherwise its nodes stay as they are (fused groups, extern calls).
+#pragma once
+
+#include "neuroncompiler/ir.hpp"
+
+namespace neuroncompiler {
+
+struct PatternReport {
+  int attention = 0, norms = 0, rope = 0;
+  int folded = 0;          // scalar_tensor constants folded into their pointwise readers
+  int replaced_nodes = 0;  // graph nodes now inside native ops
+};
+
+PatternReport rewrite_patterns(Graph& graph);
+
+}  // namespace neuroncompiler

@@ -1,0 +1,21 @@
+// Re-inplacing: AOTAutograd functionalizes an in-place update of a graph
+// input (a KV cache's `index_copy_`, `cache[:, :, pos] = v`) into a
+// functional op that copies the whole input, followed by a copy of the result
+// back into the input. Where nothing reads the input between the two and
+// nothing else writes it, the op runs in place on the input instead (its
+// in-place ATen variant), its result becomes a view of the input and the copy
+// back disappears: a decode step no longer copies every cache twice.
+#pragma once
+
+#include "neuroncompiler/ir.hpp"
+
+namespace neuroncompiler {
+
+// Nodes rewritten.
+int reinplace(Graph& graph);
+
+// Whether the node writes its first argument's buffer: an input mutation
+// (kCopyInto) or an in-place op with no outputs ("aten::index_put_...").
+bool writes_first_argument(const Node& node);
+
+}  // namespace neuroncompiler

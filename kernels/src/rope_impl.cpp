@@ -1,0 +1,83 @@
+// Rotary embedding on one instruction set (see rope.hpp for what and why).
+//
+// A row is D elements of x with its rows of cos and sin. For float32 the two
+// halves are computed in vectors (x1 * c1 - x2 * s1 and x2 * c2 + x1 * s2,
+// each product rounded on its own: this file is built without contraction
+// into fused multiply-adds); 16-bit types go element by element, rounding
+// each product and the sum to the output's type as eager does.
+#include <cstdint>
+#include <cstring>
+
+#include "numeric.hpp"
+#include "rows_impl.hpp"
+
+#include "isa_region_begin.hpp"
+
+namespace neuronkernels::NK_ISA {
+namespace {
+
+#include "attention_vec.hpp"
+
+// out[i] = x[i] * c[i] + r[i] * s[i], r = (-x2, x1), every operation rounded.
+void rope_row_f32(const float* x, const float* c, const float* s, float* out, int64_t half) {
+  int64_t i = 0;
+  for (; i + kLanes <= half; i += kLanes) {
+    const vec x1 = vload(x + i), x2 = vload(x + half + i);
+    const vec a1 = x1 * vload(c + i), b1 = x2 * vload(s + i);
+    const vec a2 = x2 * vload(c + half + i), b2 = x1 * vload(s + half + i);
+    vstore(out + i, a1 - b1);  // x1*c + (-x2)*s: the negation is exact
+    vstore(out + half + i, a2 + b2);
+  }
+  for (; i < half; ++i) {
+    const float a1 = x[i] * c[i], b1 = x[half + i] * s[i];
+    const float a2 = x[half + i] * c[half + i], b2 = x[i] * s[half + i];
+    out[i] = a1 - b1;
+    out[half + i] = a2 + b2;
+  }
+}
+
+void rope_row(const RopeParams& p, const char* x, const char* c, const char* s, char* out, int64_t half) {
+  const DType tx = p.x.dtype, tc = p.cos.dtype, ts = p.sin.dtype, to = p.out.dtype;
+  for (int64_t i = 0; i < half; ++i) {
+    const float x1 = load_one(x, tx, i), x2 = load_one(x, tx, half + i);
+    const float a1 = round_to(x1 * load_one(c, tc, i), to), b1 = round_to(-x2 * load_one(s, ts, i), to);
+    const float a2 = round_to(x2 * load_one(c, tc, half + i), to), b2 = round_to(x1 * load_one(s, ts, half + i), to);
+    store_one(out, to, i, a1 + b1);
+    store_one(out, to, half + i, a2 + b2);
+  }
+}
+
+}  // namespace
+
+void rope(const RopeParams& p, const ParallelFor& pf) {
+  const auto& n = p.x.sizes;
+  const int64_t rows = n[0] * n[1] * n[2], half = n[3] / 2;
+  const bool all_f32 = p.x.dtype == DType::kFloat32 && p.cos.dtype == DType::kFloat32 &&
+                       p.sin.dtype == DType::kFloat32 && p.out.dtype == DType::kFloat32;
+  auto body = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t a = r / (n[1] * n[2]), b = r / n[2] % n[1], c = r % n[2];
+      const char* x = at_element(p.x, a, b, c, 0);
+      const char* cs = at_element(p.cos, a, b, c, 0);
+      const char* sn = at_element(p.sin, a, b, c, 0);
+      char* out = const_cast<char*>(at_element(p.out, a, b, c, 0));
+      if (all_f32) {
+        rope_row_f32(reinterpret_cast<const float*>(x), reinterpret_cast<const float*>(cs),
+                     reinterpret_cast<const float*>(sn), reinterpret_cast<float*>(out), half);
+      } else {
+        rope_row(p, x, cs, sn, out, half);
+      }
+    }
+  };
+  // A decode step's rotary embedding is a few hundred elements: threads only
+  // for prefill-sized work.
+  if (rows * n[3] < 65536) {
+    if (rows > 0) body(0, rows);
+  } else {
+    pf(rows, body);
+  }
+}
+
+}  // namespace neuronkernels::NK_ISA
+
+#include "isa_region_end.hpp"
