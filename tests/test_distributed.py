@@ -159,10 +159,14 @@ def test_mismatch_and_early_exit_give_errors_not_hangs():
 
 
 def test_init_device_mesh_fsdp2_tensor_and_sequence_parallel_equal_single_device():
+    """Also collectives in torch.compile'd graphs (distributed_workers/compiled.py): functional
+    collectives and a tensor-parallel MLP run inside compiled programs, equal to eager."""
     code, out = torchrun("parallel.py", nproc=2)
     assert code == 0, out[-8000:]
     for r in range(2):
-        for what in ("fsdp2", "fsdp2 mixed precision", "tensor parallel", "sequence parallel"):
+        for what in ("fsdp2", "fsdp2 mixed precision", "tensor parallel", "sequence parallel",
+                     "compiled functional collectives", "compiled and eager collectives in order",
+                     "compiled mismatch", "compiled tensor parallel", "compiled timeout"):
             assert f"rank {r}: {what} OK" in out, out[-8000:]
 
 
