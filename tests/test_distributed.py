@@ -193,6 +193,9 @@ def test_two_hosts_on_loopback_run_hierarchical_collectives():
     nodes = [((), {"TORCHNEURON_DIST_HOST_ID": f"node{i}", "FAULT_TIMEOUT": "20"}) for i in range(2)]
     codes, out = torchrun_nodes("multi_host.py", "full", "2", nodes=nodes, nproc=2)
     assert_multi_host_run(codes, out, 4)
+    for r in range(4):  # collectives inside compiled programs, across hosts
+        for what in ("compiled functional collectives", "compiled and eager collectives in order", "compiled mismatch"):
+            assert f"rank {r}: {what} OK" in out, out[-10000:]
 
 
 @pytest.fixture
