@@ -3,6 +3,7 @@ parallel.py's launch): functional all_reduce / all_gather / reduce_scatter run a
 steps of the compiled program, equal to eager and to CPU references, in issue order
 with eager collectives; mismatched calls and a missing rank give errors, not hangs;
 a tensor-parallel MLP compiled trains as the eager one."""
+import time
 from datetime import timedelta
 
 import torch
@@ -103,8 +104,29 @@ def functional_collectives(rank, world, dev):
 
 
 def missing_rank(rank, world, dev):
-    """A compiled collective whose peer never comes ends at the group's timeout."""
+    """A compiled collective whose peer never comes ends at the group's timeout; a
+    program that fails before its collective cancels its turn on the group's queue."""
     short = dist.new_group(backend="neuron", timeout=timedelta(seconds=3))
+    other = dist.new_group(backend="neuron", timeout=timedelta(seconds=3))
+
+    def lookup_then_reduce(index, table):
+        return fc.all_reduce(torch.nn.functional.embedding(index, table), "sum", other)
+    index = torch.tensor([5 if rank == 0 else 1], device=dev)  # out of range on rank 0
+    try:
+        torch.compile(lookup_then_reduce, backend="neuron")(index, torch.ones(4, 2, device=dev)).cpu()
+        check(False, "a compiled all_reduce after a failed lookup raised nothing")
+    except (IndexError, RuntimeError) as e:
+        want = "index out of range" if rank == 0 else "timeout"
+        check(want in str(e), f"rank {rank}: {want}: {e}")
+    if rank == 0:
+        # The failed program cancelled its turn: the group's queue is idle, and the
+        # group ends at once instead of waiting for the turn's timeout.
+        start = time.monotonic()
+        dist.destroy_process_group(other)
+        took = time.monotonic() - start
+        check(took < 1.5, f"the group's queue was left waiting {took:.1f} s")
+    else:
+        dist.destroy_process_group(other)
     if rank == 0:
         f = torch.compile(lambda t: fc.all_reduce(t, "sum", short) + 1, backend="neuron")
         try:
