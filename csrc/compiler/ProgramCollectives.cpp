@@ -22,6 +22,8 @@ namespace {
 constexpr const char* kAllReduce = "_c10d_functional::all_reduce.default";
 constexpr const char* kAllGather = "_c10d_functional::all_gather_into_tensor.default";
 constexpr const char* kReduceScatter = "_c10d_functional::reduce_scatter_tensor.default";
+constexpr const char* kAllToAll = "_c10d_functional::all_to_all_single.default";
+constexpr const char* kBroadcast = "_c10d_functional::broadcast.default";
 
 int reduce_op_of(const std::string& name, size_t step) {
   using R = c10d::ReduceOp;
@@ -46,6 +48,32 @@ const nc::Arg& arg(const nc::Step& s, size_t i, nc::Arg::Kind kind, size_t step)
 // A contiguous CPU view of `t`'s data (a copy if it is not contiguous).
 at::Tensor contiguous_alias(const at::Tensor& t) { return cpu_alias(t).contiguous(); }
 
+// Element counts per rank of an all_to_all from rows per rank along dim 0
+// (empty: even).
+std::vector<size_t> split_counts(const at::Tensor& t, const std::vector<int64_t>& splits, int64_t size,
+                                 const std::string& where, const char* what) {
+  const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  const int64_t row_elems = rows == 0 ? 0 : t.numel() / rows;
+  std::vector<size_t> counts(static_cast<size_t>(size));
+  if (splits.empty()) {
+    TORCH_CHECK(rows % size == 0, where, ": the ", what, "'s ", rows, " rows do not split evenly over ", size,
+                " ranks");
+    for (auto& n : counts) n = static_cast<size_t>(rows / size * row_elems);
+    return counts;
+  }
+  TORCH_CHECK(static_cast<int64_t>(splits.size()) == size, where, ": ", what, " split sizes ",
+              c10::IntArrayRef(splits), " must have one entry per rank (", size, ")");
+  int64_t total = 0;
+  for (int64_t i = 0; i < size; ++i) {
+    TORCH_CHECK(splits[i] >= 0, where, ": negative ", what, " split size ", splits[i]);
+    counts[i] = static_cast<size_t>(splits[i] * row_elems);
+    total += splits[i];
+  }
+  TORCH_CHECK(total == rows, where, ": ", what, " split sizes ", c10::IntArrayRef(splits), " add up to ", total,
+              " rows, the tensor has ", rows);
+  return counts;
+}
+
 }  // namespace
 
 struct CollectiveTurns::Turn {
@@ -57,7 +85,7 @@ struct CollectiveTurns::Turn {
 };
 
 bool ProgramCollectives::is_collective_op(const std::string& op) {
-  return op == kAllReduce || op == kAllGather || op == kReduceScatter;
+  return op == kAllReduce || op == kAllGather || op == kReduceScatter || op == kAllToAll || op == kBroadcast;
 }
 
 ProgramCollectives::ProgramCollectives(const nc::Program& p) : index_of_step_(p.steps.size(), -1) {
@@ -81,6 +109,17 @@ ProgramCollectives::ProgramCollectives(const nc::Program& p) : index_of_step_(p.
       c.name = "all_gather_into_tensor";
       c.group_size = arg(s, 1, K::kInt, i).i;
       c.group_name = arg(s, 2, K::kString, i).s;
+    } else if (s.node.op == kAllToAll) {
+      c.kind = Step::Kind::kAllToAll;
+      c.name = "all_to_all_single";
+      c.out_splits = arg(s, 1, K::kIntList, i).ints;
+      c.in_splits = arg(s, 2, K::kIntList, i).ints;
+      c.group_name = arg(s, 3, K::kString, i).s;
+    } else if (s.node.op == kBroadcast) {
+      c.kind = Step::Kind::kBroadcast;
+      c.name = "broadcast";
+      c.root = arg(s, 1, K::kInt, i).i;
+      c.group_name = arg(s, 2, K::kString, i).s;
     } else {
       c.kind = Step::Kind::kReduceScatter;
       c.name = "reduce_scatter_tensor";
@@ -101,7 +140,8 @@ namespace {
 
 // Runs collective `c` with the program's buffers (on the group's queue).
 void run_collective(Communicator& g, const ProgramCollectives::Step& c, const at::Tensor& in,
-                    const at::Tensor& out) {
+                    const at::Tensor& out, const std::vector<size_t>& send_counts,
+                    const std::vector<size_t>& recv_counts) {
   const char* name = c.name.c_str();
   const neuroncoll::DType dt = coll_dtype(in.scalar_type(), name);
   const at::Tensor src = contiguous_alias(in);
@@ -119,6 +159,13 @@ void run_collective(Communicator& g, const ProgramCollectives::Step& c, const at
     case K::kReduceScatter:
       check_status(g.reduce_scatter(src.data_ptr(), dst.data_ptr(), static_cast<size_t>(dst.numel()), dt,
                                     coll_reduce_op(c10d::ReduceOp(static_cast<c10d::ReduceOp::RedOpType>(c.reduce_op)), name)));
+      break;
+    case K::kAllToAll:
+      check_status(g.all_to_all(src.data_ptr(), send_counts, dst.data_ptr(), recv_counts, dt));
+      break;
+    case K::kBroadcast:
+      if (g.rank() == c.root) dst.copy_(src);
+      check_status(g.broadcast(dst.data_ptr(), static_cast<size_t>(dst.numel()), dt, static_cast<int>(c.root)));
       break;
   }
   if (!dst.is_same(dst_alias)) dst_alias.copy_(dst);
@@ -154,21 +201,34 @@ std::shared_ptr<CollectiveTurns> ProgramCollectives::reserve(const nc::Program& 
       const int64_t size = group->getSize();
       const at::Tensor in = value_tensor(p, *storages, c.input);
       const at::Tensor out = value_tensor(p, *storages, c.output);
-      TORCH_CHECK(c.kind == Step::Kind::kAllReduce || c.group_size == size, where, ": compiled for a group of ",
+      const bool sized = c.kind == Step::Kind::kAllGather || c.kind == Step::Kind::kReduceScatter;
+      TORCH_CHECK(!sized || c.group_size == size, where, ": compiled for a group of ",
                   c.group_size, " ranks, the group has ", size);
-      const int64_t expected = c.kind == Step::Kind::kAllReduce ? in.numel()
-                               : c.kind == Step::Kind::kAllGather ? in.numel() * size
-                                                                   : in.numel() / size;
-      TORCH_CHECK(out.numel() == expected && in.scalar_type() == out.scalar_type() &&
-                      (c.kind != Step::Kind::kReduceScatter || in.numel() % size == 0),
-                  where, ": output of ", out.numel(), " elements for an input of ", in.numel(), " in a group of ",
-                  size);
+      std::vector<size_t> send_counts, recv_counts;
+      int64_t expected = in.numel();
+      if (c.kind == Step::Kind::kAllGather) expected = in.numel() * size;
+      if (c.kind == Step::Kind::kReduceScatter) {
+        TORCH_CHECK(in.numel() % size == 0, where, ": an input of ", in.numel(), " elements does not split over ",
+                    size, " ranks");
+        expected = in.numel() / size;
+      }
+      if (c.kind == Step::Kind::kBroadcast) {
+        TORCH_CHECK(c.root >= 0 && c.root < size, where, ": source rank ", c.root, " is not a rank of this group of ",
+                    size);
+      }
+      if (c.kind == Step::Kind::kAllToAll) {
+        send_counts = split_counts(in, c.in_splits, size, where, "input");
+        recv_counts = split_counts(out, c.out_splits, size, where, "output");
+        expected = out.numel();
+      }
+      TORCH_CHECK(out.numel() == expected && in.scalar_type() == out.scalar_type(), where, ": output of ",
+                  out.numel(), " elements for an input of ", in.numel(), " in a group of ", size);
       auto turn = std::make_shared<CollectiveTurns::Turn>();
       turn->what = c.name + " on group '" + c.group_name + "'";
       const auto timeout = group->timeout();
       group->enqueue_program_step(
           "compiled program collective",  device,
-          [turn, c, in, out, timeout, storages](Communicator& g) {
+          [turn, c, in, out, send_counts, recv_counts, timeout, storages](Communicator& g) {
             using State = CollectiveTurns::Turn::State;
             {
               std::unique_lock<std::mutex> lock(turn->mu);
@@ -186,7 +246,7 @@ std::shared_ptr<CollectiveTurns> ProgramCollectives::reserve(const nc::Program& 
             }
             std::exception_ptr error;
             try {
-              run_collective(g, c, in, out);
+              run_collective(g, c, in, out, send_counts, recv_counts);
             } catch (...) {
               error = std::current_exception();
             }

@@ -1,7 +1,7 @@
 // Collectives inside compiled programs: torch's functional collectives
 // (`_c10d_functional::all_reduce`, `all_gather_into_tensor`,
-// `reduce_scatter_tensor`, as DTensor and torch.distributed._functional_
-// collectives put them in a graph) on a group whose neuron backend is
+// `reduce_scatter_tensor`, `all_to_all_single`, `broadcast`, as DTensor and
+// torch.distributed._functional_collectives put them in a graph) on a group whose neuron backend is
 // ProcessGroupNeuron run as steps of the program's one task.
 //
 // Ordering. A group's collectives must run in the order they were issued on
@@ -60,11 +60,13 @@ class ProgramCollectives {
 
   struct Step {
     size_t step = 0;
-    enum class Kind { kAllReduce, kAllGather, kReduceScatter } kind = Kind::kAllReduce;
+    enum class Kind { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast } kind = Kind::kAllReduce;
     std::string name;        // "all_reduce", ...
     std::string group_name;  // c10d's registered name of the group
     int reduce_op = 0;       // c10d::ReduceOp::RedOpType
     int64_t group_size = 0;  // all_gather / reduce_scatter: as traced
+    int64_t root = 0;        // broadcast: the source's rank in the group
+    std::vector<int64_t> out_splits, in_splits;  // all_to_all: rows per rank (empty: even)
     int32_t input = -1, output = -1;
   };
 

@@ -4,17 +4,16 @@ torch.distributed._functional_collectives and DTensor put `_c10d_functional`
 ops in a graph: a collective (`all_reduce`, `all_gather_into_tensor`,
 `reduce_scatter_tensor`, ...) returning a new tensor, and a `wait_tensor` of
 that tensor before it is read. On a group whose neuron backend is
-ProcessGroupNeuron, the three above run inside the compiled program as steps of
+ProcessGroupNeuron, those of IN_PROGRAM run inside the compiled program as steps of
 its one task (csrc/compiler/ProgramCollectives.h): each takes its turn on the
 group's queue when the program is launched, in issue order with the group's
 other collectives, and the program's task runs it when it gets there. A step
 is finished when the program goes on, so `wait_tensor` has nothing to wait for:
 the program reads the collective's result directly.
 
-Other functional collectives (`all_to_all_single`, `broadcast`, the coalesced
-forms, which return lists) and groups without a neuron backend make the graph run
-eagerly, with the reason in compile_metrics(): there the ops run as eager
-collectives with their waits.
+Other functional collectives (the coalesced forms, which return lists) and
+groups without a neuron backend make the graph run eagerly, with the reason in
+compile_metrics(): there the ops run as eager collectives with their waits.
 """
 import torch
 import torch.fx
@@ -31,8 +30,9 @@ def is_opaque(value) -> bool:
 NAMESPACE = "_c10d_functional"
 # Ops that run inside programs (the compiler's extern steps of these names are
 # taken by csrc/compiler/ProgramCollectives.cpp).
-IN_PROGRAM = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
-_GROUP_ARG = {"all_reduce": 2, "all_gather_into_tensor": 2, "reduce_scatter_tensor": 3}
+IN_PROGRAM = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast")
+_GROUP_ARG = {"all_reduce": 2, "all_gather_into_tensor": 2, "reduce_scatter_tensor": 3, "all_to_all_single": 3,
+              "broadcast": 2}
 
 
 def _unsupported(why):
