@@ -17,28 +17,37 @@ from common import check
 N = 8
 
 
-def rank_inputs(r, seed):
+def splits(rank, world):
+    """Rows rank `rank` sends to each rank in the all_to_all (uneven; as many as it receives)."""
+    return [(rank + j) % 2 + 1 for j in range(world)]
+
+
+def rank_inputs(r, seed, world):
     g = torch.Generator().manual_seed(seed * 100 + r)
-    return torch.randn(N, generator=g), torch.randn(N, generator=g)
+    return (torch.randn(N, generator=g), torch.randn(N, generator=g),
+            torch.randn(sum(splits(r, world)), 3, generator=g))
 
 
-def collectives_fn(group, world):
-    def f(x, y):
+def collectives_fn(group, world, rank):
+    def f(x, y, z):
         s = fc.all_reduce(x * 2, "sum", group)
         a = fc.all_reduce(y, "avg", group)
         m = fc.all_reduce(x, "max", group)
         g = fc.all_gather_single(s + 1, 0, group)
         r = fc.reduce_scatter_single(g * y.repeat(world), "sum", 0, group)
-        return s, a, m, g, r.relu()
+        t = fc.all_to_all_single(z * 3, splits(rank, world), splits(rank, world), group)
+        b = fc.broadcast(y - 1, world - 1, group)
+        return s, a, m, g, r.relu(), t, b
     return f
 
 
 def reference(rank, world, seed):
-    xs, ys = zip(*(rank_inputs(r, seed) for r in range(world)))
+    xs, ys, zs = zip(*(rank_inputs(r, seed, world) for r in range(world)))
     s = sum(2 * x for x in xs)
     g = (s + 1).repeat(world)
     r = sum(g * y.repeat(world) for y in ys).chunk(world)[rank]
-    return s, sum(ys) / world, torch.stack(xs).amax(0), g, r.relu()
+    t = torch.cat([(3 * zs[j]).split(splits(j, world))[rank] for j in range(world)])
+    return s, sum(ys) / world, torch.stack(xs).amax(0), g, r.relu(), t, ys[-1] - 1
 
 
 def programs(records):
@@ -47,23 +56,25 @@ def programs(records):
 
 def functional_collectives(rank, world, dev):
     group = dist.group.WORLD
-    f = collectives_fn(group, world)
+    f = collectives_fn(group, world, rank)
     compiled = torch.compile(f, backend="neuron")
     torchneuron.reset_compile_metrics()
     for seed in (1, 2):  # the second call: other values, same shapes, no recompilation
-        x, y = (t.to(dev) for t in rank_inputs(rank, seed))
-        got = [t.cpu() for t in compiled(x, y)]
-        eager = [t.cpu() for t in f(x, y)]
+        inputs = [t.to(dev) for t in rank_inputs(rank, seed, world)]
+        got = [t.cpu() for t in compiled(*inputs)]
+        eager = [t.cpu() for t in f(*inputs)]
+        check(len(got) == 7, f"seven results, got {len(got)}")
         for what, c, e, ref in zip(("all_reduce sum", "all_reduce avg", "all_reduce max", "all_gather",
-                                    "reduce_scatter"), got, eager, reference(rank, world, seed)):
+                                    "reduce_scatter", "all_to_all", "broadcast"), got, eager,
+                                   reference(rank, world, seed)):
             check(torch.equal(c, e), f"compiled {what} equals eager: {c} vs {e}")
             assert_close(c, ref, msg=lambda m: f"compiled {what} vs CPU: {m}")
     records = torchneuron.compile_metrics()
     check(len(records) == 1, f"one compilation for two calls, got {len(records)}")
     print(f"rank {rank}: compiled functional collectives: {records[0]['programs']}", flush=True)
     progs = programs(records)
-    check([p["executor"] for p in progs] == ["compiler"] and progs[0]["collectives"] == 5,
-          f"the five collectives ran in the program: {progs}")
+    check([p["executor"] for p in progs] == ["compiler"] and progs[0]["collectives"] == 7,
+          f"the seven collectives ran in the program: {progs}")
     print(f"rank {rank}: compiled functional collectives OK", flush=True)
 
     # Program and eager collectives in one order: rank 0 runs the all_reduce in a
