@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 
 #include <ATen/ATen.h>
@@ -12,6 +13,7 @@
 #include "csrc/aten/Launch.h"
 #include "csrc/distributed/CollectiveTypes.h"
 #include "csrc/distributed/ProcessGroupNeuron.h"
+#include "neuronrt/neuronrt.hpp"
 
 namespace torchneuron {
 
@@ -82,6 +84,7 @@ struct CollectiveTurns::Turn {
   enum class State { kQueued, kArrived, kCancelled, kDone } state = State::kQueued;
   std::exception_ptr error;
   std::string what;  // "all_reduce on group '0'"
+  std::function<void()> deferred;  // under NEURON_LAUNCH_BLOCKING=1: queues the turn, from the program's step
 };
 
 bool ProgramCollectives::is_collective_op(const std::string& op) {
@@ -182,6 +185,7 @@ std::shared_ptr<CollectiveTurns> ProgramCollectives::reserve(const nc::Program& 
     for (auto& t : turns) {
       std::lock_guard<std::mutex> lock(t->mu);
       t->state = CollectiveTurns::Turn::State::kCancelled;
+      t->deferred = nullptr;
       t->what = why;
       t->cv.notify_all();
     }
@@ -226,9 +230,7 @@ std::shared_ptr<CollectiveTurns> ProgramCollectives::reserve(const nc::Program& 
       auto turn = std::make_shared<CollectiveTurns::Turn>();
       turn->what = c.name + " on group '" + c.group_name + "'";
       const auto timeout = group->timeout();
-      group->enqueue_program_step(
-          "compiled program collective",  device,
-          [turn, c, in, out, send_counts, recv_counts, timeout, storages](Communicator& g) {
+      auto body = [turn, c, in, out, send_counts, recv_counts, timeout, storages](Communicator& g) {
             using State = CollectiveTurns::Turn::State;
             {
               std::unique_lock<std::mutex> lock(turn->mu);
@@ -254,7 +256,21 @@ std::shared_ptr<CollectiveTurns> ProgramCollectives::reserve(const nc::Program& 
             turn->error = error;
             turn->state = State::kDone;
             turn->cv.notify_all();
-          });
+          };
+      // The backend is kept alive by the queued turn.
+      c10::intrusive_ptr<c10d::Backend> backend = pg->getBackend(c10::DeviceType::PrivateUse1);
+      auto enqueue = [backend, group, device, body = std::move(body)]() mutable {
+        group->enqueue_program_step("compiled program collective", device, std::move(body));
+      };
+      if (neuronrt::launch_blocking()) {
+        // Every launch waits for its work, so a turn queued now would wait for a
+        // program not launched yet. The program's step queues it instead; the
+        // host waits in the program's launch meanwhile, so nothing is issued
+        // in between and the order is the same.
+        turn->deferred = std::move(enqueue);
+      } else {
+        enqueue();
+      }
       turns.push_back(std::move(turn));
     }
   } catch (...) {
@@ -274,6 +290,7 @@ void CollectiveTurns::cancel(const std::string& why) {
     std::lock_guard<std::mutex> lock(t->mu);
     if (t->state != Turn::State::kQueued) continue;
     t->state = Turn::State::kCancelled;
+    t->deferred = nullptr;  // never queued (it holds the turn: a cycle otherwise)
     t->what += " (" + why + ")";
     t->cv.notify_all();
   }
@@ -287,6 +304,13 @@ void CollectiveTurns::run(size_t step) {
   if (t.state == Turn::State::kQueued) {
     t.state = Turn::State::kArrived;
     t.cv.notify_all();
+  }
+  if (t.deferred) {
+    std::function<void()> enqueue = std::move(t.deferred);
+    t.deferred = nullptr;
+    lock.unlock();
+    enqueue();  // under NEURON_LAUNCH_BLOCKING=1, runs the turn
+    lock.lock();
   }
   // The turn's own waits are bounded (the group's timeout, neuroncoll's).
   t.cv.wait(lock, [&] { return t.state == Turn::State::kDone || t.state == Turn::State::kCancelled; });

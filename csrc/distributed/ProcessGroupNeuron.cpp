@@ -139,7 +139,7 @@ void ProcessGroupNeuron::enqueue_program_step(const char* name, c10::DeviceIndex
                         " on rank " + std::to_string(rank_));
   }
   nrtStream_t queue = queue_for(device, name);
-  {
+  if (!neuronrt::on_worker_thread()) {  // finished work is released on a caller's thread only
     std::vector<c10::intrusive_ptr<c10d::Work>> finished;
     std::lock_guard<std::mutex> lock(mu_);
     finished.swap(retired_);

@@ -115,7 +115,9 @@ class ProcessGroupNeuron final : public c10d::Backend {
   // group's other collectives, without an event of the caller's stream (the
   // body itself waits until the program's task reaches the step). `body`
   // must not throw. Refused, as every collective is, once the group was
-  // aborted or destroyed, and for another device than the group's.
+  // aborted or destroyed, and for another device than the group's. Also
+  // called from a stream's worker (the program's step, under
+  // NEURON_LAUNCH_BLOCKING=1).
   void enqueue_program_step(const char* name, c10::DeviceIndex device,
                             std::function<void(Communicator&)> body);
   // Bounds every wait of the group.
