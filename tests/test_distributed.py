@@ -170,6 +170,16 @@ def test_init_device_mesh_fsdp2_tensor_and_sequence_parallel_equal_single_device
             assert f"rank {r}: {what} OK" in out, out[-8000:]
 
 
+def test_compiled_collectives_under_launch_blocking():
+    """With NEURON_LAUNCH_BLOCKING=1 every launch waits for its work: a program's collectives
+    are queued by its steps, not at the launch (where they would wait for the program)."""
+    code, out = torchrun("compiled.py", nproc=2, timeout=120, env={"NEURON_LAUNCH_BLOCKING": "1"})
+    assert code == 0, out[-8000:]
+    for r in range(2):
+        for what in ("compiled functional collectives", "compiled and eager collectives in order", "compiled mismatch"):
+            assert f"rank {r}: {what} OK" in out, out[-8000:]
+
+
 def test_two_dimensional_fsdp2_by_tensor_parallel_equals_single_device():
     code, out = torchrun("two_d.py", nproc=4)
     assert code == 0, out[-8000:]

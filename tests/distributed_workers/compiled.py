@@ -185,3 +185,12 @@ def tensor_parallel(rank, world, mesh, dev, make_model):
     check(forward["collectives"] >= 1 and backward["collectives"] >= 1,
           f"collectives ran inside the forward and backward programs: {progs}")
     print(f"rank {rank}: compiled tensor parallel OK", flush=True)
+
+
+if __name__ == "__main__":  # on its own: the functional collectives (with NEURON_LAUNCH_BLOCKING=1)
+    from common import init, rank_env
+
+    rank, world, _ = rank_env()
+    device = init("device_id")
+    functional_collectives(rank, world, device)
+    dist.destroy_process_group()
