@@ -231,33 +231,33 @@ std::shared_ptr<CollectiveTurns> ProgramCollectives::reserve(const nc::Program& 
       turn->what = c.name + " on group '" + c.group_name + "'";
       const auto timeout = group->timeout();
       auto body = [turn, c, in, out, send_counts, recv_counts, timeout, storages](Communicator& g) {
-            using State = CollectiveTurns::Turn::State;
-            {
-              std::unique_lock<std::mutex> lock(turn->mu);
-              const bool reached = turn->cv.wait_for(lock, timeout, [&] { return turn->state != State::kQueued; });
-              if (turn->state == State::kCancelled) return;
-              if (!reached) {
-                turn->error = std::make_exception_ptr(c10::DistBackendError(
-                    {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-                    "[neuron] timeout: the compiled program did not reach its " + turn->what + " within the group's timeout of " +
-                        std::to_string(timeout.count()) + " ms"));
-                turn->state = State::kDone;
-                turn->cv.notify_all();
-                return;
-              }
-            }
-            std::exception_ptr error;
-            try {
-              run_collective(g, c, in, out, send_counts, recv_counts);
-            } catch (...) {
-              error = std::current_exception();
-            }
-            std::lock_guard<std::mutex> lock(turn->mu);
-            turn->error = error;
+        using State = CollectiveTurns::Turn::State;
+        {
+          std::unique_lock<std::mutex> lock(turn->mu);
+          const bool reached = turn->cv.wait_for(lock, timeout, [&] { return turn->state != State::kQueued; });
+          if (turn->state == State::kCancelled) return;
+          if (!reached) {
+            turn->error = std::make_exception_ptr(c10::DistBackendError(
+                {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                "[neuron] timeout: the compiled program did not reach its " + turn->what + " within the group's timeout of " +
+                    std::to_string(timeout.count()) + " ms"));
             turn->state = State::kDone;
             turn->cv.notify_all();
-          };
-      // The backend is kept alive by the queued turn.
+            return;
+          }
+        }
+        std::exception_ptr error;
+        try {
+          run_collective(g, c, in, out, send_counts, recv_counts);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        std::lock_guard<std::mutex> lock(turn->mu);
+        turn->error = error;
+        turn->state = State::kDone;
+        turn->cv.notify_all();
+      };
+      // A deferred turn keeps the backend alive until it is queued.
       c10::intrusive_ptr<c10d::Backend> backend = pg->getBackend(c10::DeviceType::PrivateUse1);
       auto enqueue = [backend, group, device, body = std::move(body)]() mutable {
         group->enqueue_program_step("compiled program collective", device, std::move(body));
