@@ -159,10 +159,24 @@ def test_mismatch_and_early_exit_give_errors_not_hangs():
 
 
 def test_init_device_mesh_fsdp2_tensor_and_sequence_parallel_equal_single_device():
+    """Also collectives in torch.compile'd graphs (distributed_workers/compiled.py): functional
+    collectives and a tensor-parallel MLP run inside compiled programs, equal to eager."""
     code, out = torchrun("parallel.py", nproc=2)
     assert code == 0, out[-8000:]
     for r in range(2):
-        for what in ("fsdp2", "fsdp2 mixed precision", "tensor parallel", "sequence parallel"):
+        for what in ("fsdp2", "fsdp2 mixed precision", "tensor parallel", "sequence parallel",
+                     "compiled functional collectives", "compiled and eager collectives in order",
+                     "compiled mismatch", "compiled tensor parallel", "compiled timeout"):
+            assert f"rank {r}: {what} OK" in out, out[-8000:]
+
+
+def test_compiled_collectives_under_launch_blocking():
+    """With NEURON_LAUNCH_BLOCKING=1 every launch waits for its work: a program's collectives
+    are queued by its steps, not at the launch (where they would wait for the program)."""
+    code, out = torchrun("compiled.py", nproc=2, timeout=120, env={"NEURON_LAUNCH_BLOCKING": "1"})
+    assert code == 0, out[-8000:]
+    for r in range(2):
+        for what in ("compiled functional collectives", "compiled and eager collectives in order", "compiled mismatch"):
             assert f"rank {r}: {what} OK" in out, out[-8000:]
 
 
@@ -189,6 +203,9 @@ def test_two_hosts_on_loopback_run_hierarchical_collectives():
     nodes = [((), {"TORCHNEURON_DIST_HOST_ID": f"node{i}", "FAULT_TIMEOUT": "20"}) for i in range(2)]
     codes, out = torchrun_nodes("multi_host.py", "full", "2", nodes=nodes, nproc=2)
     assert_multi_host_run(codes, out, 4)
+    for r in range(4):  # collectives inside compiled programs, across hosts
+        for what in ("compiled functional collectives", "compiled and eager collectives in order", "compiled mismatch"):
+            assert f"rank {r}: {what} OK" in out, out[-10000:]
 
 
 @pytest.fixture

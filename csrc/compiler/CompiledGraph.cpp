@@ -29,7 +29,8 @@ CompiledGraph::CompiledGraph(nc::Program program, nc::CompileReport report, std:
       report_(report),
       label_(std::move(label)),
       task_name_("compiled " + label_),
-      externs_(std::make_shared<ExternAtenCalls>(*program_)) {}
+      externs_(std::make_shared<ExternAtenCalls>(*program_)),
+      collectives_(std::make_shared<ProgramCollectives>(*program_)) {}
 
 std::shared_ptr<CompiledGraph> CompiledGraph::compile(const std::string& text, const std::string& label,
                                                      bool keep_ir) {
@@ -138,10 +139,13 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
     }
   }
 
+  // Collectives take their turns on their groups' queues before the task is
+  // queued (csrc/compiler/ProgramCollectives.h).
+  std::shared_ptr<CollectiveTurns> turns = collectives_->reserve(p, storages, device);
   // The task holds the program, its extern calls and the storages (not the
   // callers' tensors: their Python objects must not die on a worker).
   launch_cpu_kernels(device, task_name_.c_str(), externs_->largest_elements(), externs_->has_matrix_products(),
-                     [program = program_, externs = externs_, storages, device]() {
+                     [program = program_, externs = externs_, storages, device, turns]() {
                        nc::RunBuffers buffers;
                        for (size_t i = 0; i < storages->inputs.size(); ++i) {
                          const nc::Layout& l = program->values[program->inputs[i]].layout;
@@ -150,8 +154,17 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
                        }
                        for (auto& s : storages->outputs) buffers.outputs.push_back(s.mutable_data());
                        buffers.arena = storages->arena ? storages->arena.mutable_data() : nullptr;
-                       BoundExternCalls calls(*externs, *storages, device);
-                       nc::run_program(*program, buffers, calls, native::device_parallel_for);
+                       BoundExternCalls calls(*externs, *storages, device, turns.get());
+                       if (turns == nullptr) {
+                         nc::run_program(*program, buffers, calls, native::device_parallel_for);
+                         return;
+                       }
+                       try {
+                         nc::run_program(*program, buffers, calls, native::device_parallel_for);
+                       } catch (...) {
+                         turns->cancel("the program failed before it");
+                         throw;
+                       }
                      });
   return outputs;
 }

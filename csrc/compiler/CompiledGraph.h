@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "csrc/compiler/ExternAtenCalls.h"
+#include "csrc/compiler/ProgramCollectives.h"
 #include "neuroncompiler/compile.hpp"
 #include "neuroncompiler/program.hpp"
 
@@ -47,6 +48,7 @@ class CompiledGraph {
   std::string label_;
   std::string task_name_;  // the stream task's name (outlives the task: the task holds this object)
   std::shared_ptr<ExternAtenCalls> externs_;
+  std::shared_ptr<ProgramCollectives> collectives_;  // functional collectives, run in the group's order
 };
 
 }  // namespace torchneuron

@@ -70,20 +70,23 @@ class ExternAtenCalls {
   bool has_matrix_products_ = false;
 };
 
-// The executor's callback for one run: the resolved calls and that run's storages.
+class CollectiveTurns;  // csrc/compiler/ProgramCollectives.h
+
+// The executor's callback for one run: the resolved calls and that run's
+// storages; collective steps go to their turns (null: none).
 class BoundExternCalls final : public neuroncompiler::ExternCalls {
  public:
-  BoundExternCalls(const ExternAtenCalls& calls, const ProgramStorages& storages, c10::DeviceIndex device)
-      : calls_(calls), storages_(storages), device_(device) {}
+  BoundExternCalls(const ExternAtenCalls& calls, const ProgramStorages& storages, c10::DeviceIndex device,
+                   CollectiveTurns* collectives = nullptr)
+      : calls_(calls), storages_(storages), device_(device), collectives_(collectives) {}
   void call(const neuroncompiler::Program& program, const neuroncompiler::RunBuffers&,
-            const neuroncompiler::Step& step) override {
-    calls_.call(program, step, storages_, device_);
-  }
+            const neuroncompiler::Step& step) override;
 
  private:
   const ExternAtenCalls& calls_;
   const ProgramStorages& storages_;
   c10::DeviceIndex device_;
+  CollectiveTurns* collectives_;
 };
 
 }  // namespace torchneuron

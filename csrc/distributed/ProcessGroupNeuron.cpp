@@ -20,7 +20,7 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
                                        int size, std::chrono::milliseconds timeout,
                                        const std::string& group_name, HostTopology topology,
                                        InterHostGroups groups)
-    : c10d::Backend(rank, size) {
+    : c10d::Backend(rank, size), timeout_(timeout) {
   TORCH_CHECK(topology.rank == rank && static_cast<int>(topology.host_of.size()) == size,
               "ProcessGroupNeuron: the topology is not this group's");
   group_ = std::make_unique<Communicator>(
@@ -128,6 +128,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_work(c10::intrusive_p
   }
   NEURON_CATCH
   return work;
+}
+
+void ProcessGroupNeuron::enqueue_program_step(const char* name, c10::DeviceIndex device,
+                                              std::function<void(Communicator&)> body) {
+  if (const int ended = ended_.load()) {
+    C10_THROW_ERROR(DistBackendError,
+                    std::string("[neuron] ") + name + " in a compiled program: the process group was " +
+                        (ended == kAborted ? "aborted" : "destroyed (destroy_process_group)") +
+                        " on rank " + std::to_string(rank_));
+  }
+  nrtStream_t queue = queue_for(device, name);
+  if (!neuronrt::on_worker_thread()) {  // finished work is released on a caller's thread only
+    std::vector<c10::intrusive_ptr<c10d::Work>> finished;
+    std::lock_guard<std::mutex> lock(mu_);
+    finished.swap(retired_);
+  }
+  Communicator* group = group_.get();
+  NEURON_TRY {
+    neuronrt::launch(queue, name, [group, body = std::move(body)]() { body(*group); });
+  }
+  NEURON_CATCH
 }
 
 const at::Tensor& ProcessGroupNeuron::single(const std::vector<at::Tensor>& ts, const char* name) {

@@ -110,6 +110,19 @@ class ProcessGroupNeuron final : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
+  // A collective of a compiled program (csrc/compiler/ProgramCollectives.h):
+  // `body` is queued on the group's queue now, in issue order with the
+  // group's other collectives, without an event of the caller's stream (the
+  // body itself waits until the program's task reaches the step). `body`
+  // must not throw. Refused, as every collective is, once the group was
+  // aborted or destroyed, and for another device than the group's. Also
+  // called from a stream's worker (the program's step, under
+  // NEURON_LAUNCH_BLOCKING=1).
+  void enqueue_program_step(const char* name, c10::DeviceIndex device,
+                            std::function<void(Communicator&)> body);
+  // Bounds every wait of the group.
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
   // Which paths this rank's collectives took (tests, profiling).
   neuroncoll::GroupStats stats() const;
   const HostTopology& topology() const { return group_->topology(); }
@@ -138,6 +151,7 @@ class ProcessGroupNeuron final : public c10d::Backend {
   void retire(c10::intrusive_ptr<c10d::Work> work);
 
   std::unique_ptr<Communicator> group_;
+  std::chrono::milliseconds timeout_;
   std::atomic<int> ended_{0};  // kAborted or kShutDown once abort()/shutdown() ran
   static constexpr int kAborted = 1, kShutDown = 2;
   mutable std::mutex mu_;

@@ -83,6 +83,9 @@ def main():
         all_to_all_uneven(rank, world, dev)
         point_to_point(rank, world, dev)
         ordering_async_and_hooks(rank, world, dev)
+        # Collectives inside compiled programs take the hierarchical path too.
+        import compiled
+        compiled.functional_collectives(rank, world, dev)
     else:
         quick(rank, world, dev)
     print(f"rank {rank}: multi-host collectives OK", flush=True)

@@ -1,7 +1,8 @@
 """FSDP2 (fully_shard), DTensor tensor parallelism (ColwiseParallel / RowwiseParallel) and
 sequence parallelism on neuron: parameters after a few optimizer steps equal a
 single-device run on the same global batch. The group comes from
-init_device_mesh("neuron", ...)."""
+init_device_mesh("neuron", ...). Then collectives in torch.compile'd graphs
+(compiled.py), in the same launch."""
 import copy
 
 import torch
@@ -142,6 +143,12 @@ def main():
                      msg=lambda m: f"tensor parallel {name}: {m}")
     print(f"rank {rank}: tensor parallel OK", flush=True)
     sequence_parallel(rank, world, mesh, dev)
+
+    # The same launch runs the collectives of compiled graphs (compiled.py).
+    import compiled
+    compiled.functional_collectives(rank, world, dev)
+    compiled.tensor_parallel(rank, world, mesh, dev, make_model)
+    compiled.missing_rank(rank, world, dev)
     dist.destroy_process_group()
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import calls, metrics, serialize
+from . import calls, collectives, metrics, serialize
 
 NAME = "compiler"  # recorded in compile_metrics() as the record's "executor"
 
@@ -42,7 +42,7 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dic
     record = record if record is not None else {}
     try:
         with metrics.phase(record, f"serialize_{info.kind}"):
-            serialized = serialize.serialize(gm)
+            serialized = serialize.serialize(collectives.for_program(gm))
         text = serialized.text
         label = f"graph {info.graph_id} ({info.kind})"
         compiled, cache_state = _program(text, info, label)
@@ -56,7 +56,7 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dic
         "executor": "compiler", "reason": None, "cache": cache_state,
         "native_kernels": report["native_kernels"], "native_nodes": report["native_nodes"],
         "reinplaced": report["reinplaced"], "folded": report["folded"], "library_calls": report["library_calls"],
-        "extern_ops": dict(report["extern_ops"]),
+        "extern_ops": dict(report["extern_ops"]), "collectives": collectives.count(report["extern_ops"]),
         "fused_groups": report["fused_groups"], "fused_nodes": report["fused_nodes"], "extern": report["extern"],
         "arena_bytes": report["arena_bytes"], "output_bytes": report["output_bytes"],
     }, {f"{phase}_{info.kind}": ms for phase, ms in report["times_ms"].items()})

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import collectives
+
 FORMAT_VERSION = 1
 
 # c10::ScalarType, c10::Layout and c10::MemoryFormat as ints (how boxed calls carry them).
@@ -218,7 +220,7 @@ def serialize(gm: torch.fx.GraphModule) -> Serialized:
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             val = node.meta.get("val")
-            if _is_int(val):
+            if _is_int(val) or collectives.is_opaque(val):
                 host.add(node)
                 out.host_inputs.append((node, position))
                 position += 1
