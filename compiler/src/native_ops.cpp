@@ -93,11 +93,17 @@ void run_row_norm(const Operands& o, const nk::ParallelFor& pf) {
   np.cols = xs.cols;
   np.x = {o.data(x), *kernel_dtype(o.layout(x).dtype), xs.stride};
   np.y = {o.data(y), *kernel_dtype(o.layout(y).dtype), ys.stride};
-  for (size_t i = 1; i < 3; ++i) {
-    const int32_t id = o.arg_id(i);
-    if (id < 0) continue;
-    (i == 1 ? np.weight : np.bias) = {o.data(id), *kernel_dtype(o.layout(id).dtype)};
-  }
+  const auto affine = [&](size_t arg) {
+    const int32_t id = o.arg_id(arg);
+    nk::ColsView v;
+    if (id >= 0) {
+      v.data = o.data(id);
+      v.dtype = kernel_dtype(o.layout(id).dtype).value();
+    }
+    return v;
+  };
+  np.weight = affine(1);
+  np.bias = affine(2);
   np.eps = static_cast<float>(o.n.args.at(3).scalar());
   np.subtract_mean = o.n.args.at(4).i != 0;
   const int64_t rounding = o.n.args.at(5).i;
