@@ -319,7 +319,7 @@ class Attention(torch.nn.Module):
         self.v = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
         self.o = torch.nn.Linear(d, d, bias=False)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, mask=None):
         b, t, d = x.shape
         h = self.norm(x)
         q = self.q(h).view(b, t, self.h, self.hd).transpose(1, 2)
@@ -327,7 +327,8 @@ class Attention(torch.nn.Module):
         v = self.v(h).view(b, t, self.kv, self.hd).transpose(1, 2)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                                             enable_gqa=True)
         return x + self.o(a.transpose(1, 2).reshape(b, t, d))
 
 
@@ -376,6 +377,32 @@ def test_training_step_runs_the_attention_kernel_forward_and_backward():
     progs = programs()
     assert progs["forward"]["executor"] == "compiler" and progs["backward"]["executor"] == "compiler", progs
     assert progs["forward"]["native_kernels"] >= 4 and progs["backward"]["native_kernels"] >= 1, progs
+
+
+def test_training_step_with_a_padding_mask_runs_the_attention_kernel_backward():
+    """An additive mask that needs no gradient (Transformers' causal-and-padding mask):
+    the backward's gradient of the mask is not asked for (grad_input_mask[3] false)
+    but still has a value in the AOT graph; nothing reads it, so the device's
+    attention backward takes the node. Gradients equal CPU's."""
+    model, cpu = pair(Attention)
+    b, t = 2, 10
+    keep = torch.ones(b, t, dtype=torch.bool)
+    keep[0, :3] = False  # left padding of row 0
+    allowed = torch.ones(t, t, dtype=torch.bool).tril()[None] & keep[:, None, :]
+    mask = torch.zeros(b, 1, t, t).masked_fill(~allowed[:, None], float("-inf"))
+    x = torch.randn(b, t, 64)
+    cos, sin = rope_tables(b, t, 16)
+    compiled = torch.compile(model, backend="neuron")
+    xd = x.to("neuron").requires_grad_()
+    compiled(xd, cos.to("neuron"), sin.to("neuron"), mask.to("neuron")).square().mean().backward()
+    xc = x.clone().requires_grad_()
+    cpu(xc, cos, sin, mask).square().mean().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
+    for (name, p), q in zip(model.named_parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    progs = programs()
+    assert progs["forward"]["executor"] == "compiler" and progs["backward"]["executor"] == "compiler", progs
+    assert progs["backward"]["native_kernels"] >= 1, progs
 
 
 def test_bfloat16_rms_norm_matches_cpu():

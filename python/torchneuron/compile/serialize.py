@@ -340,8 +340,11 @@ def _serialize_op(node, w, env):
     used = {u.args[1] for u in node.users if u.target is operator.getitem}
     ids, views = [], []
     for index, r in enumerate(results):
-        if r is None or (native and not isinstance(r, torch.Tensor) and index not in used):
-            ids.append(None)  # the attention's unused sequence lengths
+        if r is None or (native and index > 0 and index not in used):
+            # The attention's unused sequence lengths, and results nothing reads (the
+            # backward's gradient of a mask it was not asked for, grad_input_mask[3]
+            # false, still has a value): the kernel need not write them.
+            ids.append(None)
             continue
         vid, is_view = w.tensor_value(r, node)
         ids.append(vid)
