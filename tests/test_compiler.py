@@ -215,6 +215,34 @@ def test_data_dependent_shapes_run_the_graph_eagerly():
     assert "depends on tensor values read on the host" in program["reason"], program
 
 
+def test_integer_tensor_indexing_is_one_program():
+    """aten::index.Tensor with integer index tensors (Transformers' attention masks:
+    `padding_mask[batch_idx, kv_idx]` with broadcast aranges) has a shape known at
+    compile time: an extern gather inside the program, one submission, forward and
+    backward equal CPU. Only boolean indices (above) run eagerly."""
+    def f(mask, x, rows):
+        b, k = torch.arange(mask.shape[0], device=mask.device), torch.arange(mask.shape[1], device=mask.device)
+        gathered = mask[b[:, None, None], k[None, None, :]]  # [2, 1, 6]
+        return gathered * x[rows].sum(-1, keepdim=True)
+
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.float32)
+    x = torch.randn(5, 6, requires_grad=True)
+    rows = torch.tensor([[4, 0]]).T  # [2, 1], int64
+    xd = x.detach().to("neuron").requires_grad_()
+    compiled = torch.compile(f, backend="neuron")
+    compiled(mask.to("neuron"), xd, rows.to("neuron"))  # compiles
+    got, queued = submissions(compiled, mask.to("neuron"), xd, rows.to("neuron"))
+    want = f(mask, x, rows)
+    torch.testing.assert_close(got.cpu(), want, **TOL)
+    assert queued == 1
+    got.square().sum().backward()
+    want.square().sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, **TOL)
+    progs = programs()
+    assert all(p["executor"] == "compiler" for p in progs.values()), progs
+    assert progs["forward"]["extern_ops"]["aten::index.Tensor"] == 2
+
+
 def test_symbolic_shapes_run_the_graph_eagerly():
     f = torch.compile(lambda x: (x * 2).softmax(-1), backend="neuron", dynamic=True)
     for n in (3, 5):

@@ -314,7 +314,7 @@ def serialize(gm: torch.fx.GraphModule) -> Serialized:
 def _serialize_op(node, w, env):
     op = node.target
     name = _op_name(op)
-    if any(tag in op.tags for tag in _HOST_TAGS):
+    if any(tag in op.tags for tag in _HOST_TAGS) and not _integer_index(node, name):
         raise Unsupported(f"node {node.name} ({name}): its result depends on tensor values read on the host")
     schema = op._schema
     native = name in _NATIVE_OPS
@@ -441,6 +441,18 @@ def _serialize_rng_state_op(node, w, env):
 
 
 _GENERATOR_STATE = "torchneuron::generator_state.default"
+
+
+def _integer_index(node, name) -> bool:
+    """aten::index.Tensor with integer index tensors only (a gather: Transformers'
+    `padding_mask[batch_idx, kv_idx]` in its attention masks): the result's shape
+    is the broadcast of the indices' shapes, known at compile time. Boolean (and
+    uint8) indices select by value: a data-dependent shape, run eagerly."""
+    if name != "aten::index.Tensor":
+        return False
+    indices = _schema_args(node)[1][1]
+    return all(i is None or (isinstance(i, torch.fx.Node) and isinstance(i.meta.get("val"), torch.Tensor)
+                             and i.meta["val"].dtype in (torch.int64, torch.int32)) for i in indices)
 
 
 def _serialize_dropout(node, w, env, state=None):
