@@ -198,6 +198,90 @@ def test_dropout_is_reproducible_under_manual_seed():
     assert all(p["executor"] == "compiler" for r in records() for p in r["programs"].values())
 
 
+class CheckpointedNet(torch.nn.Module):
+    """Two residual blocks with dropout, each under torch.utils.checkpoint with
+    preserve_rng_state (what Transformers' gradient checkpointing does to a
+    decoder layer), and one dropout outside them."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Dropout(0.25), torch.nn.Linear(32, 16))
+            for _ in range(2))
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False, preserve_rng_state=True)
+        return self.drop(x).square().mean()
+
+
+def test_checkpointed_training_step_with_dropout_runs_as_programs_and_equals_eager():
+    """AOTAutograd wraps the recomputed dropout in run_and_save_rng_state (forward)
+    and run_with_rng_state (backward): the generator state is a value of the
+    programs, so both graphs run as programs; the backward redraws the forward's
+    masks without moving the device generator. Losses, gradients and the
+    generator state afterwards equal the device's eager run, and losses and
+    gradients equal CPU's (the device generator is torch's CPU one, seeded alike)."""
+    torch.manual_seed(0)
+    cpu = CheckpointedNet()
+    eager = copy.deepcopy(cpu).to("neuron")
+    compiled_model = copy.deepcopy(cpu).to("neuron")
+    compiled = torch.compile(compiled_model, backend="neuron")
+    x = torch.randn(8, 16)
+    for seed in (1, 2):
+        results = []
+        for model, f, device in ((cpu, cpu, "cpu"), (eager, eager, "neuron"), (compiled_model, compiled, "neuron")):
+            model.zero_grad()
+            torch.manual_seed(seed)
+            loss = f(x.to(device))
+            loss.backward()
+            state = torch.neuron.get_rng_state() if device == "neuron" else None
+            results.append((loss.detach().cpu(), [p.grad.cpu() for p in model.parameters()], state))
+        (cpu_loss, cpu_grads, _), (eager_loss, eager_grads, eager_state), (loss, grads, state) = results
+        torch.testing.assert_close(loss, eager_loss, **TOL)
+        torch.testing.assert_close(loss, cpu_loss, **TOL)
+        for g, e, c in zip(grads, eager_grads, cpu_grads):
+            torch.testing.assert_close(g, e, **TOL)
+            torch.testing.assert_close(g, c, **TOL)
+        assert torch.equal(state, eager_state)  # the backward drew nothing from the device generator
+    (record,) = records()
+    programs = record["programs"]
+    assert set(programs) == {"forward", "backward"}
+    assert all(p["executor"] == "compiler" for p in programs.values()), programs
+    assert programs["forward"]["extern_ops"]["torchneuron::generator_state.default"] == 2
+    assert programs["backward"]["extern_ops"]["torchneuron::bernoulli_with_state.default"] == 2
+
+
+def test_checkpointed_backward_program_takes_the_state_an_eager_forward_saved():
+    """A forward that runs eagerly (here: rand_like, which has no generator
+    argument) saves the generator state as a CPU tensor; the backward program
+    takes it on the device and redraws the forward's dropout mask."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Dropout(0.25), torch.nn.Linear(32, 16))
+    x = torch.randn(8, 16)
+
+    def step(block, compile_):
+        def f(x):
+            y = x + torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False, preserve_rng_state=True)
+            return (y * torch.rand_like(y)).square().mean()
+
+        torch.manual_seed(3)
+        loss = (torch.compile(f, backend="neuron") if compile_ else f)(x.to("neuron"))
+        loss.backward()
+        return loss.detach().cpu(), [p.grad.cpu() for p in block.parameters()]
+
+    eager_loss, eager_grads = step(copy.deepcopy(cpu).to("neuron"), False)
+    loss, grads = step(copy.deepcopy(cpu).to("neuron"), True)
+    torch.testing.assert_close(loss, eager_loss, **TOL)
+    for g, e in zip(grads, eager_grads):
+        torch.testing.assert_close(g, e, **TOL)
+    (record,) = records()
+    assert record["programs"]["forward"]["executor"] == "eager"
+    assert "rand_like" in record["programs"]["forward"]["reason"]
+    assert record["programs"]["backward"]["executor"] == "compiler"
+
+
 # ------------------------------------------------------------ optimizer, autocast
 
 

@@ -215,6 +215,34 @@ def test_data_dependent_shapes_run_the_graph_eagerly():
     assert "depends on tensor values read on the host" in program["reason"], program
 
 
+def test_integer_tensor_indexing_is_one_program():
+    """aten::index.Tensor with integer index tensors (Transformers' attention masks:
+    `padding_mask[batch_idx, kv_idx]` with broadcast aranges) has a shape known at
+    compile time: an extern gather inside the program, one submission, forward and
+    backward equal CPU. Only boolean indices (above) run eagerly."""
+    def f(mask, x, rows):
+        b, k = torch.arange(mask.shape[0], device=mask.device), torch.arange(mask.shape[1], device=mask.device)
+        gathered = mask[b[:, None, None], k[None, None, :]]  # [2, 1, 6]
+        return gathered * x[rows].sum(-1, keepdim=True)
+
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.float32)
+    x = torch.randn(5, 6, requires_grad=True)
+    rows = torch.tensor([[4, 0]]).T  # [2, 1], int64
+    xd = x.detach().to("neuron").requires_grad_()
+    compiled = torch.compile(f, backend="neuron")
+    compiled(mask.to("neuron"), xd, rows.to("neuron"))  # compiles
+    got, queued = submissions(compiled, mask.to("neuron"), xd, rows.to("neuron"))
+    want = f(mask, x, rows)
+    torch.testing.assert_close(got.cpu(), want, **TOL)
+    assert queued == 1
+    got.square().sum().backward()
+    want.square().sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, **TOL)
+    progs = programs()
+    assert all(p["executor"] == "compiler" for p in progs.values()), progs
+    assert progs["forward"]["extern_ops"]["aten::index.Tensor"] == 2
+
+
 def test_symbolic_shapes_run_the_graph_eagerly():
     f = torch.compile(lambda x: (x * 2).softmax(-1), backend="neuron", dynamic=True)
     for n in (3, 5):
@@ -319,7 +347,7 @@ class Attention(torch.nn.Module):
         self.v = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
         self.o = torch.nn.Linear(d, d, bias=False)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, mask=None):
         b, t, d = x.shape
         h = self.norm(x)
         q = self.q(h).view(b, t, self.h, self.hd).transpose(1, 2)
@@ -327,7 +355,8 @@ class Attention(torch.nn.Module):
         v = self.v(h).view(b, t, self.kv, self.hd).transpose(1, 2)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                                             enable_gqa=True)
         return x + self.o(a.transpose(1, 2).reshape(b, t, d))
 
 
@@ -376,6 +405,32 @@ def test_training_step_runs_the_attention_kernel_forward_and_backward():
     progs = programs()
     assert progs["forward"]["executor"] == "compiler" and progs["backward"]["executor"] == "compiler", progs
     assert progs["forward"]["native_kernels"] >= 4 and progs["backward"]["native_kernels"] >= 1, progs
+
+
+def test_training_step_with_a_padding_mask_runs_the_attention_kernel_backward():
+    """An additive mask that needs no gradient (Transformers' causal-and-padding mask):
+    the backward's gradient of the mask is not asked for (grad_input_mask[3] false)
+    but still has a value in the AOT graph; nothing reads it, so the device's
+    attention backward takes the node. Gradients equal CPU's."""
+    model, cpu = pair(Attention)
+    b, t = 2, 10
+    keep = torch.ones(b, t, dtype=torch.bool)
+    keep[0, :3] = False  # left padding of row 0
+    allowed = torch.ones(t, t, dtype=torch.bool).tril()[None] & keep[:, None, :]
+    mask = torch.zeros(b, 1, t, t).masked_fill(~allowed[:, None], float("-inf"))
+    x = torch.randn(b, t, 64)
+    cos, sin = rope_tables(b, t, 16)
+    compiled = torch.compile(model, backend="neuron")
+    xd = x.to("neuron").requires_grad_()
+    compiled(xd, cos.to("neuron"), sin.to("neuron"), mask.to("neuron")).square().mean().backward()
+    xc = x.clone().requires_grad_()
+    cpu(xc, cos, sin, mask).square().mean().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
+    for (name, p), q in zip(model.named_parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    progs = programs()
+    assert progs["forward"]["executor"] == "compiler" and progs["backward"]["executor"] == "compiler", progs
+    assert progs["backward"]["native_kernels"] >= 1, progs
 
 
 def test_bfloat16_rms_norm_matches_cpu():

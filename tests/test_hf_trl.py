@@ -276,10 +276,14 @@ def test_sft_torch_compile_with_default_gradient_checkpointing_matches_eager(tmp
     """`torch_compile=True` with SFTConfig's defaults (gradient checkpointing, bf16):
     the recomputed attention goes through PyTorch's RNG-state ops
     (`run_and_save_rng_state`, which refused any device but cuda/cpu/hpu/xpu;
-    torchneuron/compile/rng_prims.py). Losses equal the eager run's."""
+    torchneuron/compile/rng_prims.py). Losses equal the eager run's. Every AOT graph
+    runs as a program: the RNG state is a value of the programs, the attention
+    mask's gather (integer indices) an extern call, the attention backward with a
+    mask that needs no gradient the device's kernel."""
     _, eager, _ = sft_run("neuron", tmp_path, text_dataset())
     dev, compiled, _ = sft_run("neuron", tmp_path, text_dataset(), args=dict(torch_compile=True))
     assert dev.args.gradient_checkpointing and dev.args.torch_compile_backend == "neuron"
     programs = [p for r in torchneuron.compile_metrics() for p in r["programs"].values()]
     assert any(p.get("executor") == "compiler" for p in programs), programs
+    assert all(p.get("executor") == "compiler" for p in programs), [p["reason"] for p in programs]
     torch.testing.assert_close(compiled, eager, **BF16_TOL)

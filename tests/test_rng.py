@@ -163,6 +163,29 @@ def test_fork_rng():
     assert torch.equal(inside, after)  # the state was restored on exit
 
 
+def test_activation_checkpointing_recomputes_the_forward_dropout_masks():
+    """torch.utils.checkpoint(preserve_rng_state=True) saves the device's generator
+    state only if torch.neuron._initialized is true (as torch.cuda's): the
+    recomputation then draws the forward's masks, and the gradient equals the
+    uncheckpointed one's."""
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, device=D)
+    x = torch.randn(8, 64, device=D)
+
+    def block(t):
+        return F.dropout(t @ w, p=0.5, training=True).tanh() @ w
+
+    grads = []
+    for checkpointed in (False, True):
+        xr = x.clone().requires_grad_()
+        torch.manual_seed(5)
+        y = torch.utils.checkpoint.checkpoint(block, xr, use_reentrant=False) if checkpointed else block(xr)
+        y.square().sum().backward()
+        grads.append(xr.grad.cpu())
+    assert torch.neuron._initialized
+    assert torch.equal(grads[0], grads[1])
+
+
 def test_explicit_generator():
     g = torch.Generator(device=D)
     assert g.device == torch.device("neuron:0")

@@ -10,6 +10,8 @@ first computation drew. PyTorch runs them through a fixed table of devices
 "Backend not supported for neuron". Their BackendSelect kernels are wrapped
 here to run the neuron case as CUDA's does with `torch.neuron`'s generator
 state, and to leave every other device to PyTorch. Checked against torch 2.13.0.
+This is the path of graphs that run eagerly; in a compiled program the state is
+a value of the program (serialize.py, csrc/compiler/RngStateOps.cpp).
 """
 import torch
 from torch._C import DispatchKey

@@ -20,6 +20,15 @@ reason: symbolic shapes, integers used by tensor ops, ops whose output shape
 depends on data or that read values on the host, tensors on another device, ops
 without a CPU kernel for the extern call, random ops without a generator
 argument (their CPU kernel would not draw from the device generator).
+
+PyTorch's RNG-state higher-order ops (activation checkpointing:
+`run_and_save_rng_state` in the forward, `run_with_rng_state` in the backward)
+are not nodes of their own: the state is a uint8 value of the program, read
+from the device generator by a `torchneuron::generator_state` step right before
+the op it wraps and returned to the caller (it is saved for the backward as a
+neuron tensor instead of a CPU one); the backward draws dropout's mask from it
+with `torchneuron::bernoulli_with_state`, leaving the device generator alone,
+as eager `run_with_rng_state` does (csrc/compiler/RngStateOps.cpp).
 """
 import math
 import operator
@@ -57,16 +66,19 @@ class Unsupported(Exception):
 class Serialized:
     """A graph as the compiler reads it, and how a call maps to the program.
 
-    inputs: per program input, ("arg", i) for the graph's i-th input or
-    ("const", tensor) for a constant. host_inputs: (fx node, i) for integer
-    inputs. host_nodes: integer arithmetic, in graph order. outputs: per graph
-    output, ("program", j), ("host", fx node) or ("none", None)."""
+    inputs: per program input, ("arg", i) for the graph's i-th input,
+    ("rng_state", i) for one that is a saved generator state (moved to the
+    device if it is a CPU tensor), or ("const", tensor) for a constant.
+    host_inputs: (fx node, i) for integer inputs. host_nodes: integer
+    arithmetic, in graph order. outputs: per graph output, ("program", j),
+    ("host", fx node) or ("none", None). device: the graph's device."""
     text: str
     input_names: list = field(default_factory=list)
     inputs: list = field(default_factory=list)
     host_inputs: list = field(default_factory=list)
     host_nodes: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
+    device: torch.device | None = None
 
 
 # The device's fused attention, forward and backward: the compiler puts its
@@ -137,6 +149,13 @@ class _Writer:
         serializer writes itself)."""
         vid = len(self.values)
         self._record(vid, dtype, "-", 0, list(like.shape), list(like.stride()))
+        return vid
+
+    def rng_state_value(self):
+        """A generator state: uint8, the CPU generator's state size (the device
+        generator wraps one). The graph's fake value has a symbolic size."""
+        vid = len(self.values)
+        self._record(vid, torch.uint8, "-", 0, [_rng_state_bytes()], [1])
         return vid
 
     def _record(self, vid, dtype, base, offset, sizes, strides):
@@ -227,11 +246,15 @@ def serialize(gm: torch.fx.GraphModule) -> Serialized:
                 continue
             if not isinstance(val, torch.Tensor):
                 raise Unsupported(f"input {node.name} is a {type(val).__name__}, not a tensor")
-            vid, _ = w.tensor_value(val, node, is_input=True)
+            if _is_saved_rng_state(node):
+                vid = w.rng_state_value()
+                out.inputs.append(("rng_state", position))
+            else:
+                vid, _ = w.tensor_value(val, node, is_input=True)
+                out.inputs.append(("arg", position))
             env[node] = vid
             w.lines.append(f"input %{vid} {node.name}")
             out.input_names.append(node.name)
-            out.inputs.append(("arg", position))
             position += 1
         elif node.op == "call_function" and _is_int(node.meta.get("val")) and not isinstance(
                 node.target, torch._ops.OpOverload):
@@ -250,6 +273,8 @@ def serialize(gm: torch.fx.GraphModule) -> Serialized:
             env[node] = ids[index]
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             _serialize_op(node, w, env)
+        elif node.op == "call_function" and node.target in _rng_state_ops():
+            _serialize_rng_state_op(node, w, env)
         elif node.op == "output":
             outs = []
             for result in node.args[0]:
@@ -284,13 +309,14 @@ def serialize(gm: torch.fx.GraphModule) -> Serialized:
     if w.device is None:
         raise Unsupported("the graph has no neuron tensor")
     out.text = w.text()
+    out.device = w.device
     return out
 
 
 def _serialize_op(node, w, env):
     op = node.target
     name = _op_name(op)
-    if any(tag in op.tags for tag in _HOST_TAGS):
+    if any(tag in op.tags for tag in _HOST_TAGS) and not _integer_index(node, name):
         raise Unsupported(f"node {node.name} ({name}): its result depends on tensor values read on the host")
     schema = op._schema
     native = name in _NATIVE_OPS
@@ -316,8 +342,11 @@ def _serialize_op(node, w, env):
     used = {u.args[1] for u in node.users if u.target is operator.getitem}
     ids, views = [], []
     for index, r in enumerate(results):
-        if r is None or (native and not isinstance(r, torch.Tensor) and index not in used):
-            ids.append(None)  # the attention's unused sequence lengths
+        if r is None or (native and index > 0 and index not in used):
+            # The attention's unused sequence lengths, and results nothing reads (the
+            # backward's gradient of a mask it was not asked for, grad_input_mask[3]
+            # false, still has a value): the kernel need not write them.
+            ids.append(None)
             continue
         vid, is_view = w.tensor_value(r, node)
         ids.append(vid)
@@ -340,13 +369,103 @@ def _serialize_op(node, w, env):
     w.lines.append(f"node {name} {len(outs)} {' '.join(outs)} {len(args)}{' ' + ' '.join(args) if args else ''}")
 
 
-def _serialize_dropout(node, w, env):
+def _rng_state_ops():
+    from torch._prims import rng_prims
+
+    return (rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state)
+
+
+_rng_state_size = None
+
+
+def _rng_state_bytes() -> int:
+    global _rng_state_size
+    if _rng_state_size is None:
+        _rng_state_size = torch.get_rng_state().numel()
+    return _rng_state_size
+
+
+def _is_saved_rng_state(node) -> bool:
+    """A backward graph's input that is the state a forward's
+    run_and_save_rng_state saved, read only by run_with_rng_state."""
+    val = node.meta.get("val")
+    return (isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dtype == torch.uint8
+            and val.dim() == 1 and bool(node.users)
+            and all(u.target is _rng_state_ops()[1] and u.args[0] is node and node not in u.args[1:]
+                    for u in node.users))
+
+
+class _Wrapped:
+    """The op an RNG-state op runs, with the attributes the serializer reads of a node."""
+
+    def __init__(self, hop_node, op, args, kwargs, val, users):
+        self.name, self.op, self.target = hop_node.name, "call_function", op
+        self.args, self.kwargs, self.meta, self.users = tuple(args), dict(kwargs), {"val": val}, users
+
+
+def _serialize_rng_state_op(node, w, env):
+    """run_and_save_rng_state(op, *args) -> (state, op's result): a generator_state
+    step, then the op. run_with_rng_state(state, op, *args) -> op's result drawn
+    from `state`: dropout's mask from bernoulli_with_state; an op that draws
+    nothing (attention without dropout) is the op alone."""
+    saving = node.target is _rng_state_ops()[0]
+    state_node, (op, *args) = (None, node.args) if saving else (node.args[0], node.args[1:])
+    getitems = {u.args[1]: u for u in node.users if u.target is operator.getitem}
+    if saving:
+        result_node = getitems.get(1)
+        val = result_node.meta.get("val") if result_node is not None else None
+        users = result_node.users if result_node is not None else {}
+    else:
+        val, users = node.meta.get("val"), node.users
+    if val is None:
+        fake = torch.fx.node.map_arg((args, node.kwargs), lambda a: a.meta["val"])
+        mode = next(v.fake_mode for v in torch.utils._pytree.tree_leaves(fake) if hasattr(v, "fake_mode"))
+        with mode:
+            val = op(*fake[0], **fake[1])
+    inner = _Wrapped(node, op, args, node.kwargs, val, users)
+    name = _op_name(op) if isinstance(op, torch._ops.OpOverload) else str(op)
+    if name == "aten::native_dropout.default":
+        draws = True
+    elif name == _NATIVE_OPS[0] and dict(_schema_args(inner))["dropout_p"] == 0.0:
+        draws = False
+    else:
+        raise Unsupported(f"node {node.name}: {name} under {node.target.name()} (activation checkpointing "
+                          "with random ops other than dropout)")
+    state = None
+    if saving:
+        state = w.rng_state_value()
+        w.lines.append(f"node {_GENERATOR_STATE} 1 %{state} 1 _")
+    if draws:
+        _serialize_dropout(inner, w, env, None if saving else env[state_node])
+    else:
+        _serialize_op(inner, w, env)
+    env[node] = (state, env[inner]) if saving else env[inner]
+
+
+_GENERATOR_STATE = "torchneuron::generator_state.default"
+
+
+def _integer_index(node, name) -> bool:
+    """aten::index.Tensor with integer index tensors only (a gather: Transformers'
+    `padding_mask[batch_idx, kv_idx]` in its attention masks): the result's shape
+    is the broadcast of the indices' shapes, known at compile time. Boolean (and
+    uint8) indices select by value: a data-dependent shape, run eagerly."""
+    if name != "aten::index.Tensor":
+        return False
+    indices = _schema_args(node)[1][1]
+    return all(i is None or (isinstance(i, torch.fx.Node) and isinstance(i.meta.get("val"), torch.Tensor)
+                             and i.meta["val"].dtype in (torch.int64, torch.int32)) for i in indices)
+
+
+def _serialize_dropout(node, w, env, state=None):
     """native_dropout(x, p, train) as the device's eager kernel computes it
     (csrc/aten/native/Random.cpp): mask = bernoulli(empty_like(x, bool), 1 - p)
     drawn from the device generator (bernoulli has a generator argument, so the
     extern call draws from it, exactly as eager draws), output = x * mask * scale.
     A training graph with dropout is then one program, reproducible under
-    torch.manual_seed and equal to eager."""
+    torch.manual_seed and equal to eager. With `state` (the value of a saved
+    generator state: run_with_rng_state in a backward graph), the mask is drawn
+    from a generator in that state instead, as eager draws it there."""
     x, p, train = [a for _, a in _schema_args(node)]
     out_val, mask_val = node.meta["val"]
     if train is False:
@@ -362,7 +481,8 @@ def _serialize_dropout(node, w, env):
     out, _ = w.tensor_value(out_val, node)
     w.lines += [
         f"node aten::empty_like.default 1 %{empty} 6 {src} i{_SCALAR_TYPES[torch.bool]} _ _ _ _",
-        f"node aten::bernoulli.p 1 %{mask} 3 %{empty} f{keep!r} _",
+        f"node aten::bernoulli.p 1 %{mask} 3 %{empty} f{keep!r} _" if state is None else
+        f"node torchneuron::bernoulli_with_state.default 1 %{mask} 3 %{empty} f{keep!r} %{state}",
         f"node aten::mul.Tensor 1 %{kept} 2 {src} %{mask}",
         f"node aten::mul.Tensor 1 %{out} 2 %{kept} f{scale!r}",
     ]

@@ -48,6 +48,20 @@ from ._random import (
 )
 from ._streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream
 
+
+
+def __getattr__(name):
+    # torch.utils.checkpoint (preserve_rng_state) saves and restores a device
+    # module's generator states only if its `_initialized` is true (torch.cuda's
+    # module global); without it a checkpointed recomputation draws other dropout
+    # masks than the forward did.
+    if name == "_initialized":
+        from . import _device
+
+        return _device.is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_generators",
     "default_stream", "device", "device_count", "device_of", "empty_cache",
