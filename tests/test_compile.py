@@ -282,6 +282,29 @@ def test_checkpointed_backward_program_takes_the_state_an_eager_forward_saved():
     assert record["programs"]["backward"]["executor"] == "compiler"
 
 
+def test_an_op_whose_decomposition_reads_values_runs_its_graph_eagerly():
+    """take with a 0-dim index and index_put with a boolean mask decompose, under
+    AOTAutograd, into ops that read tensor values (.item(), nonzero): the graph
+    cannot be a static program, so it runs eagerly, recorded with the reason,
+    equal to CPU, with gradients; the default fallback='raise' is not involved."""
+    def f(x, flat, mask, values):
+        return x.take(flat) * x.index_put((mask,), values).sin()
+
+    x = torch.randn(5, 3, requires_grad=True)
+    flat, mask, values = torch.tensor(4), torch.tensor([True, False, True, False, True]), torch.randn(3)
+    expected = f(x, flat, mask, values)
+    expected.sum().backward()
+    xd = x.detach().to("neuron").requires_grad_()
+    got = torch.compile(f, backend="neuron")(xd, flat.to("neuron"), mask.to("neuron"), values.to("neuron"))
+    got.sum().backward()
+    torch.testing.assert_close(got.cpu(), expected.detach(), **TOL)
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, **TOL)
+    (record,) = records()
+    assert record["fallback"] is None
+    assert record["programs"]["dynamo"]["executor"] == "eager"
+    assert "data-dependent" in record["programs"]["dynamo"]["reason"], record["programs"]
+
+
 # ------------------------------------------------------------ optimizer, autocast
 
 

@@ -397,6 +397,10 @@ def _call_unseeded(fn, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
+# OpInfo's own seeding, taken before the compiled path patches it away.
+_seeded_like_opinfo = common_methods_invocations.wrapper_set_seed
+
+
 class _Compiled:
     """The op inside torch.compile(backend="neuron") for one sample: a fresh
     Dynamo state, so that each sample is compiled for its own signature (the
@@ -417,12 +421,13 @@ class _Compiled:
         # Some OpInfos (scaled_dot_product_attention, item, the random ops)
         # wrap their function in wrapper_set_seed, which seeds the RNG inside
         # freeze_rng_state: a graph break inside a context manager, after which
-        # Dynamo runs the whole frame eagerly. Compiled, the function is called
-        # directly: the seed only matters for random samples, and those are
-        # excluded already (two CPU runs with different seeds differ).
+        # Dynamo runs the whole frame eagerly. So the seeding moves outside the
+        # compiled function: the CPU reference of a sample such as attention
+        # with dropout_p > 0 is seeded, and the device run must draw the same
+        # mask under the same seed.
         with unittest.mock.patch.object(common_methods_invocations, "wrapper_set_seed",
                                         _call_unseeded):
-            return self.fn(*args, **kwargs)
+            return _seeded_like_opinfo(self.fn, *args, **kwargs)
 
     @staticmethod
     def graphs():

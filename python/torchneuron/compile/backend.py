@@ -29,7 +29,18 @@ def neuron(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
         with metrics.phase(record, "checks"):
             _check_inputs(gm, example_inputs, record)
         with metrics.phase(record, "aot"):
-            compiled = _aot(gm, example_inputs, opts, record)
+            try:
+                compiled = _aot(gm, example_inputs, opts, record)
+            except Exception as exc:
+                why = _data_dependent(exc)
+                if why is None:
+                    raise
+                # An op whose ATen decomposition reads tensor values (index_fill's
+                # 0-dim index, take's bounds, index_put's boolean mask) cannot be
+                # traced into a static graph: the whole graph runs eagerly, like a
+                # graph with a data-dependent op the executor refuses.
+                metrics.note_program(record, "dynamo", {"executor": "eager", "reason": why})
+                return gm.forward
         metrics.exclude_nested(record, "aot", ("executor_forward", "executor_inference"))
         return compiled
     except Exception as exc:
@@ -74,6 +85,18 @@ def _aot(gm, example_inputs, opts, record):
         # in-place updates of the caller's tensors (copy_ at the graph's end).
         keep_inference_input_mutations=True,
     )
+
+
+def _data_dependent(exc):
+    """The reason when AOTAutograd's tracing met an op whose result or output
+    shape depends on tensor values; None for any other failure."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    while exc is not None:
+        if isinstance(exc, (DataDependentOutputException, DynamicOutputShapeException)):
+            return f"data-dependent op in AOTAutograd's tracing: {type(exc).__name__}: {exc}"
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _input_name(node):
