@@ -19,9 +19,10 @@ export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 
 step() { printf '\n\033[1m==> [%d:%02d] %s\033[0m\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }  # [minutes:seconds since the start]
 
-# 1. Debian packages: compiler, CMake, Ninja, ccache, GoogleTest.
+# 1. Debian packages: compiler, CMake, Ninja, ccache, GoogleTest; iproute2 for
+#    the test of ranks in separate network namespaces (`ip netns`).
 need=()
-for pkg in g++ cmake ninja-build ccache libgtest-dev python3-venv; do
+for pkg in g++ cmake ninja-build ccache libgtest-dev python3-venv iproute2; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then
