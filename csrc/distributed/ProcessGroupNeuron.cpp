@@ -42,16 +42,22 @@ void ProcessGroupNeuron::abort() {
 }
 
 void ProcessGroupNeuron::shutdown() {
-  int expected = 0;
-  ended_.compare_exchange_strong(expected, kShutDown);
-  group_->abort();
   nrtStream_t queue = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue = queue_;
   }
-  // Pending collectives fail at once now; wait for their tasks (the GIL
-  // released: a future's callback may need it).
+  // destroy_process_group() first lets the collectives this rank issued run,
+  // as NCCL's shutdown flushes its communicators: wait() does not block the
+  // host, so a script's last collectives (e.g. gathering a state dict for
+  // rank 0) may still be queued when it ends the group, and its peers wait
+  // for them. Each is bounded by the group's timeout. The GIL is released: a
+  // future's callback on the queue may need it. abort() ends them at once.
+  if (queue != nullptr) blocking_wait([queue] { nrtStreamSynchronize(queue); });
+  int expected = 0;
+  ended_.compare_exchange_strong(expected, kShutDown);
+  group_->abort();
+  // Anything queued meanwhile fails at once now; wait for those tasks too.
   if (queue != nullptr) blocking_wait([queue] { nrtStreamSynchronize(queue); });
 }
 
