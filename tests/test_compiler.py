@@ -544,6 +544,29 @@ def test_extern_calls_write_their_planned_buffers():
     assert {"aten::mm.default", "aten::cumsum.default", "aten::topk.default"} <= set(prog["extern_ops"]), prog
 
 
+def test_slice_and_select_scatter_write_their_planned_buffers():
+    """slice_scatter and select_scatter (no structured out=) are computed in the program's
+    buffer: self copied in, src into its slice; equal to eager bit for bit, open and
+    stepped slices included."""
+    def f(x, a, b, c):
+        y = torch.slice_scatter(x * 2, a, dim=1, start=4)  # end None
+        z = torch.slice_scatter(y + 1, b, dim=2, start=1, end=7, step=3)
+        return torch.select_scatter(z, c, dim=0, index=1) * 3
+
+    compiled = torch.compile(f, backend="neuron")
+    torch.manual_seed(0)
+    args = (torch.randn(3, 10, 8), torch.randn(3, 6, 8), torch.randn(3, 10, 2), torch.randn(10, 8))
+    dev = [t.to("neuron") for t in args]
+    compiled(*dev)
+    got = one_submission(compiled, *dev)
+    expected = f(*dev)
+    assert torch.equal(got.cpu(), expected.cpu())
+    torch.testing.assert_close(got.cpu(), f(*args), **TOL)
+    prog = programs()["inference"]
+    assert prog["executor"] == "compiler", prog
+    assert "aten::slice_scatter.default" in prog["extern_ops"], prog
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_full_tensor_is_part_of_a_fused_group(dtype):
     """torch.full in the graph (aten::full) is a group member with no loads, not an extern call."""

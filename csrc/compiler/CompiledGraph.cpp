@@ -144,7 +144,9 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
   std::shared_ptr<CollectiveTurns> turns = collectives_->reserve(p, storages, device);
   // The task holds the program, its extern calls and the storages (not the
   // callers' tensors: their Python objects must not die on a worker).
-  launch_cpu_kernels(device, task_name_.c_str(), externs_->largest_elements(), externs_->has_matrix_products(),
+  // Each extern step decides how many threads its ATen kernel gets
+  // (ExternAtenCalls::call), not the task as a whole.
+  launch(device, task_name_.c_str(),
                      [program = program_, externs = externs_, storages, device, turns]() {
                        nc::RunBuffers buffers;
                        for (size_t i = 0; i < storages->inputs.size(); ++i) {

@@ -12,6 +12,7 @@
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/OpPlan.h"
 #include "csrc/aten/native/Matmul.h"
+#include "csrc/runtime/WorkerThreads.h"
 
 namespace torchneuron {
 
@@ -150,6 +151,46 @@ bool ExternAtenCalls::run_skinny_matmul(const nc::Program& p, const nc::Step& st
   return true;
 }
 
+// slice_scatter and select_scatter (what AOTAutograd makes of a slice's or a
+// select's backward, e.g. the rotary embedding's halves) have no structured
+// out= overload: their functional kernels clone `self` into a fresh tensor,
+// which the program then copies into the planned buffer. Computed as those
+// kernels compute it, but in the planned buffer: `self` copied into the
+// output, `src` into the output's slice. (The planner never gives an output
+// the memory of a value the same step reads.)
+bool ExternAtenCalls::run_scatter_into_view(const nc::Program& p, const nc::Step& step,
+                                            const ProgramStorages& storages) {
+  const bool slice = step.node.op == "aten::slice_scatter.default";
+  const bool select = step.node.op == "aten::select_scatter.default";
+  if ((!slice && !select) || step.node.outputs.size() != 1 || step.node.outputs[0] < 0) return false;
+  const auto& a = step.node.args;
+  if (a.size() != (slice ? 6u : 4u) || a[0].kind != nc::Arg::Kind::kTensor || a[1].kind != nc::Arg::Kind::kTensor ||
+      a[2].kind != nc::Arg::Kind::kInt) {
+    return false;
+  }
+  const auto optional_int = [](const nc::Arg& x) -> std::optional<int64_t> {
+    if (x.kind == nc::Arg::Kind::kInt) return x.i;
+    return std::nullopt;
+  };
+  if (slice && ((a[3].kind != nc::Arg::Kind::kInt && a[3].kind != nc::Arg::Kind::kNone) ||
+                (a[4].kind != nc::Arg::Kind::kInt && a[4].kind != nc::Arg::Kind::kNone) ||
+                a[5].kind != nc::Arg::Kind::kInt)) {
+    return false;
+  }
+  if (select && a[3].kind != nc::Arg::Kind::kInt) return false;
+  CpuAliases aliases;
+  at::Tensor out = aliases(value_tensor(p, storages, step.node.outputs[0]));
+  const at::Tensor self = aliases(value_tensor(p, storages, static_cast<int32_t>(a[0].i)));
+  const at::Tensor src = aliases(value_tensor(p, storages, static_cast<int32_t>(a[1].i)));
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  out.copy_(self);
+  at::Tensor view = slice ? out.slice(a[2].i, optional_int(a[3]), optional_int(a[4]), a[5].i) : out.select(a[2].i, a[3].i);
+  TORCH_CHECK(view.sizes() == src.sizes(), "expected src to have a size equal to the ", slice ? "slice" : "select",
+              " of self. src size = ", src.sizes(), ", ", slice ? "slice" : "select", " size = ", view.sizes());
+  view.copy_(src);
+  return true;
+}
+
 ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()) {
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const nc::Step& s = p.steps[i];
@@ -181,26 +222,25 @@ ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()
                         type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType);
       r.arg_is_generator.push_back(gen);
     }
-    by_step_[i] = std::move(r);
     // Matrix products the skinny matmul takes run on the device's threads:
-    // they must not make the task lend ATen's OpenMP team (whose spinning
+    // they must not make the step lend ATen's OpenMP team (whose spinning
     // threads would take the cores those threads need).
     if ((s.node.op == "aten::mm.default" || s.node.op == "aten::addmm.default") && !s.node.outputs.empty() &&
         s.node.outputs[0] >= 0 && p.values[s.node.outputs[0]].layout.sizes.size() == 2 &&
         p.values[s.node.outputs[0]].layout.sizes[0] <= neuronkernels::kSkinnyMaxRows) {
+      by_step_[i] = std::move(r);
       continue;
     }
     const std::string base = name;
-    if (base == "aten::mm" || base == "aten::addmm" || base == "aten::bmm" || base == "aten::baddbmm" ||
-        base.find("conv") != std::string::npos || base.find("attention") != std::string::npos) {
-      has_matrix_products_ = true;
-    }
+    r.matrix = base == "aten::mm" || base == "aten::addmm" || base == "aten::bmm" || base == "aten::baddbmm" ||
+               base.find("conv") != std::string::npos || base.find("attention") != std::string::npos;
     for (const auto& a : s.node.args) {
-      if (a.kind == nc::Arg::Kind::kTensor) largest_elements_ = std::max(largest_elements_, p.values[a.i].layout.numel());
+      if (a.kind == nc::Arg::Kind::kTensor) r.elements = std::max(r.elements, p.values[a.i].layout.numel());
     }
     for (int32_t o : s.node.outputs) {
-      if (o >= 0) largest_elements_ = std::max(largest_elements_, p.values[o].layout.numel());
+      if (o >= 0) r.elements = std::max(r.elements, p.values[o].layout.numel());
     }
+    by_step_[i] = std::move(r);
   }
 }
 
@@ -209,8 +249,14 @@ void ExternAtenCalls::call(const nc::Program& p, const nc::Step& step, const Pro
   const size_t index = static_cast<size_t>(&step - p.steps.data());
   TORCH_CHECK(index < by_step_.size() && by_step_[index].has_value(), "[neuron] compiled graph: step ", index,
               " is not an extern call");
+  const Resolved& r = *by_step_[index];
   try {
-    run(*by_step_[index], p, step, storages, device);
+    // Each step decides whether ATen's kernel gets the worker's OpenMP team,
+    // as each eager op does: a program's small ops run alone, and after a
+    // step that used the team the program's tile and native steps borrow it
+    // while its helpers still spin (csrc/runtime/WorkerThreads.h).
+    WorkerParallelism threads(r.elements, r.matrix);
+    run(r, p, step, storages, device);
   } catch (c10::Error& e) {
     // Keeps the error's type (IndexError, ...): Python sees what eager raises.
     e.add_context("[neuron] in compiled program step " + std::to_string(index) + " (extern call " + step.node.op + ")");
@@ -229,6 +275,7 @@ void ExternAtenCalls::run(const Resolved& r, const nc::Program& p, const nc::Ste
     return;
   }
   if (run_skinny_matmul(p, step, storages)) return;
+  if (run_scatter_into_view(p, step, storages)) return;
   const auto& schema = r.op.schema();
   Stack args;
   args.reserve(step.node.args.size());

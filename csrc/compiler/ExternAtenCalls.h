@@ -46,10 +46,6 @@ class ExternAtenCalls {
   void call(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
             const ProgramStorages& storages, c10::DeviceIndex device) const;
 
-  // The largest tensor an extern call touches and whether any is a matrix
-  // product (how many threads the worker lends ATen's kernels).
-  int64_t largest_elements() const { return largest_elements_; }
-  bool has_matrix_products() const { return has_matrix_products_; }
 
  private:
   struct Resolved {
@@ -59,15 +55,20 @@ class ExternAtenCalls {
     // written straight into the planned buffers instead of copied there.
     std::optional<c10::OperatorHandle> out_op;
     std::atomic<bool>* out_op_ok = nullptr;  // shared with eager: false once a kernel used out= as scratch
+    // The largest tensor the call touches and whether it is a matrix product:
+    // whether the worker lends ATen's kernel its OpenMP team for this step
+    // (csrc/runtime/WorkerThreads.h). 0 for the skinny matmul's products.
+    int64_t elements = 0;
+    bool matrix = false;
   };
   static bool run_skinny_matmul(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
                                 const ProgramStorages& storages);
+  static bool run_scatter_into_view(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
+                                    const ProgramStorages& storages);
   static void run(const Resolved& r, const neuroncompiler::Program& program, const neuroncompiler::Step& step,
                   const ProgramStorages& storages, c10::DeviceIndex device);
 
   std::vector<std::optional<Resolved>> by_step_;  // indexed by step; set for extern steps
-  int64_t largest_elements_ = 0;
-  bool has_matrix_products_ = false;
 };
 
 class CollectiveTurns;  // csrc/compiler/ProgramCollectives.h
