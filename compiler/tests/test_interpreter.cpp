@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
+#include <vector>
 
 #include "graph_builder.hpp"
 #include "neuroncompiler/fusion.hpp"
@@ -184,6 +186,73 @@ TEST(Interpreter, ExpHandlesItsRangeEnds) {
     const double want = std::exp(static_cast<double>(in[i]));
     if (std::isinf(static_cast<float>(want))) EXPECT_TRUE(std::isinf(out[i]));
     else EXPECT_NEAR(out[i], want, 3e-7 * want + 1e-37) << in[i];
+  }
+}
+
+// erf and tanh are polynomials of the interpreter's own (vectorized), joined
+// at a threshold: within 4 ulp of the float64 functions over a dense range,
+// across each join, at tiny inputs, saturated ends, infinities and NaN; the
+// GELUs built on them follow.
+TEST(Interpreter, ErfTanhAndGeluMatchTheFloat64Functions) {
+  std::vector<float> in;
+  for (int i = -200000; i <= 200000; ++i) in.push_back(static_cast<float>(i) * 3e-5f);  // [-6, 6]
+  for (float v = 1e-30f; v < 20.f; v *= 1.01f) {
+    in.push_back(v);
+    in.push_back(-v);
+  }
+  for (float v : {0.f, -0.f, 0.5f, 0.55f, std::nextafter(0.5f, 0.f), std::nextafter(0.55f, 0.f), 40.f, -40.f, 1e30f})
+    in.push_back(v);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {inf, -inf, std::numeric_limits<float>::quiet_NaN()};
+  in.insert(in.end(), std::begin(specials), std::end(specials));
+  const int64_t n = static_cast<int64_t>(in.size());
+
+  Arg tanh_approximation;
+  tanh_approximation.kind = Arg::Kind::kString;
+  tanh_approximation.s = "tanh";
+  struct Case {
+    const char* op;
+    std::vector<Arg> extra;
+    double (*want)(double);
+    bool times_x;  // a GELU: x times an inner function, whose error x scales
+  };
+  const Case cases[] = {
+      {"aten::erf.default", {}, [](double x) { return std::erf(x); }, false},
+      {"aten::tanh.default", {}, [](double x) { return std::tanh(x); }, false},
+      {"aten::gelu.default", {}, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, true},
+      {"aten::gelu.default", {tanh_approximation},
+       [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }, true},
+  };
+  for (const Case& c : cases) {
+    GraphBuilder b;
+    const int32_t x = b.input(DType::kFloat32, {n});
+    std::vector<Arg> args{T(x)};
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    b.output(b.node(c.op, args, DType::kFloat32, {n}));
+    const Graph g = b.build();
+    Program p = compile_graph(g);
+    std::vector<float> out(in.size());
+    RunBuffers buf{{in.data()}, {out.data()}, nullptr};
+    TestExterns none;
+    run_program(p, buf, none);
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = c.want(static_cast<double>(in[i]));
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(out[i])) << c.op << " at " << in[i];
+        continue;
+      }
+      const double wantf = static_cast<float>(want);
+      if (std::isinf(wantf)) {
+        EXPECT_EQ(out[i], wantf) << c.op << " at " << in[i];
+        continue;
+      }
+      const float a = std::fabs(static_cast<float>(wantf));
+      const double ulp = std::max(static_cast<double>(std::nextafter(a, inf) - a),
+                                  static_cast<double>(std::numeric_limits<float>::denorm_min()));
+      // A GELU's error is x times its inner function's (4 ulp of a value up to 1).
+      const double allowed = 4 * ulp + (c.times_x ? 4 * 6e-8 * std::fabs(in[i]) : 0);
+      ASSERT_LE(std::fabs(out[i] - want), allowed) << c.op << " at " << in[i] << ": " << out[i] << " vs " << want;
+    }
   }
 }
 
