@@ -231,14 +231,29 @@ ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()
       by_step_[i] = std::move(r);
       continue;
     }
+    // The step's work is measured as the eager op's (OpPlan::work_size): a
+    // gather from a large table (an embedding lookup) is the size of its
+    // output, a scatter into a large tensor the size of what it reads; the
+    // table's size gave a decode step's embedding the team every step, and
+    // its spinning helpers then took the core the device's threads needed.
+    const OpPlan& plan = plan_for(*op);
     const std::string base = name;
-    r.matrix = base == "aten::mm" || base == "aten::addmm" || base == "aten::bmm" || base == "aten::baddbmm" ||
-               base.find("conv") != std::string::npos || base.find("attention") != std::string::npos;
-    for (const auto& a : s.node.args) {
-      if (a.kind == nc::Arg::Kind::kTensor) r.elements = std::max(r.elements, p.values[a.i].layout.numel());
+    r.matrix = plan.matrix_work || base.find("conv") != std::string::npos ||
+               base.find("attention") != std::string::npos;
+    using WorkSize = OpPlan::WorkSize;
+    if (plan.work_size != WorkSize::kOutputs) {
+      for (size_t a = 0; a < s.node.args.size(); ++a) {
+        const nc::Arg& arg = s.node.args[a];
+        if (arg.kind != nc::Arg::Kind::kTensor) continue;
+        const auto* alias = schema.arguments()[a].alias_info();
+        if (plan.work_size == WorkSize::kReadArguments && alias != nullptr && alias->isWrite()) continue;
+        r.elements = std::max(r.elements, p.values[arg.i].layout.numel());
+      }
     }
-    for (int32_t o : s.node.outputs) {
-      if (o >= 0) r.elements = std::max(r.elements, p.values[o].layout.numel());
+    if (plan.work_size != WorkSize::kReadArguments) {
+      for (int32_t o : s.node.outputs) {
+        if (o >= 0) r.elements = std::max(r.elements, p.values[o].layout.numel());
+      }
     }
     by_step_[i] = std::move(r);
   }
