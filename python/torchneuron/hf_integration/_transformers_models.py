@@ -64,7 +64,8 @@
    `___stack0[3][1] == 1  # input_list = inputs.split(expert_size, ...`), so
    the static-cache decode step that `generate()` compiles recompiled whenever
    the routing changed: a second `generate()` with a prompt of the same length
-   compiled again, and after Dynamo's limit (8) decoding ran eagerly. Only while
+   compiled again (and a frame past Dynamo's recompile limit, 8, runs
+   eagerly). The first call alone compiled 16 graphs (the graph breaks). Only while
    Dynamo traces (`torch.compiler.is_compiling()`) and only for tensors on a
    neuron device, the router keeps the counts as a tensor (otherwise its code,
    copied from 5.23, is unchanged: the same top-k, softmax, sort and gates) and
