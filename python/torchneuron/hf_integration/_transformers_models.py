@@ -1,4 +1,4 @@
-"""Transformers model adaptations (5, 6, 7). Checked against transformers 5.23.0.
+"""Transformers model adaptations (5, 6, 7, 14). Checked against transformers 5.23.0.
 
 5. `transformers.modeling_utils.PreTrainedModel`: errors name the architecture
    An error of the neuron backend names the op ("[neuron] aten::mm: ...") but
@@ -53,6 +53,37 @@
    regime it meets once (filling, full: two graphs), later calls none. Every
    other int and every shape stays static, and models on other devices get the
    original call.
+
+14. `transformers.models.jetmoe.modeling_jetmoe`: JetMoe's experts without
+   recompilation (`JetMoeTopKGating.forward`, `JetMoeParallelExperts.forward`)
+   JetMoe's router counts the rows each expert receives and turns the counts
+   into a Python list (`expert_size.tolist()`); its experts split the rows
+   sorted by expert with that list (`inputs.split(expert_size)`) and run one
+   `F.linear` per part. Under `torch.compile` the `.tolist()` is a graph break
+   and the split makes Dynamo guard on every expert's count (guard
+   `___stack0[3][1] == 1  # input_list = inputs.split(expert_size, ...`), so
+   the static-cache decode step that `generate()` compiles recompiled whenever
+   the routing changed: a second `generate()` with a prompt of the same length
+   compiled again (and a frame past Dynamo's recompile limit, 8, runs
+   eagerly). The first call alone compiled 16 graphs (the graph breaks). Only while
+   Dynamo traces (`torch.compiler.is_compiling()`) and only for tensors on a
+   neuron device, the router keeps the counts as a tensor (otherwise its code,
+   copied from 5.23, is unchanged: the same top-k, softmax, sort and gates) and
+   the experts compute every row with static shapes: each expert's `F.linear`
+   over all the sorted rows, each row keeping its own expert's result
+   (`torch.where` on the row's expert, found from the counts' running sum).
+   No graph break and no data-dependent shape remain; the step compiles once
+   and runs as one program. The cost: each expert multiplies every row, i.e.
+   `num_local_experts / num_experts_per_tok` times the products of the original
+   (4x for JetMoe's 8 experts and top 2; a decode step has batch x top_k rows),
+   with intermediates the size of the original's. Results equal the original
+   up to rounding of the matrix products (each output element is the same dot
+   product; tests/test_hf_jetmoe.py compares them). Eager execution runs the
+   original methods unchanged (one extra Python call each).
+   Not `torch._grouped_mm`, the one-product form: with torch 2.13 its fake
+   (meta) kernel accepts only bfloat16 inputs, so Dynamo's tracing of a float32
+   model fails, and its CPU backward raises "Invalid strides/sizes" when the
+   incoming gradient is expanded (e.g. from `.sum()`).
 
 """
 import functools
@@ -267,6 +298,78 @@ def _wrap_use_gqa_in_sdpa(original):
 
 
 
+# ------------------------------------------------------------- JetMoe (adaptation 14)
+
+
+def _tracing_on_neuron(tensor):
+    return torch.compiler.is_compiling() and tensor.device.type == "neuron"
+
+
+def _jetmoe_gating_counts_as_tensor(self, hidden_states):
+    """`JetMoeTopKGating.forward` of transformers 5.23 with `expert_size` kept as a
+    tensor (the original's `.tolist()` is a graph break and makes Dynamo guard on it)."""
+    logits = self.layer(hidden_states).float()  # [num_tokens, num_experts]
+    top_k_logits, top_k_indices = logits.topk(self.top_k, dim=1)  # [num_tokens, top_k]
+    top_k_gates = torch.softmax(top_k_logits, dim=1).type_as(hidden_states)  # [num_tokens, top_k]
+
+    zeros = torch.zeros([top_k_gates.size(0), self.num_experts], dtype=top_k_gates.dtype, device=top_k_gates.device)
+    gates = zeros.scatter(1, top_k_indices, 1)  # [num_tokens, num_experts]
+    expert_size = gates.long().sum(0)  # [num_experts]: stays a tensor
+
+    top_k_experts = top_k_indices.flatten()  # [num_tokens * top_k]
+    _, index_sorted_experts = top_k_experts.sort(0)
+    batch_index = index_sorted_experts.div(self.top_k, rounding_mode="trunc")
+    top_k_gates = top_k_gates.flatten()
+    batch_gates = top_k_gates[index_sorted_experts]
+    return index_sorted_experts, batch_index, batch_gates, expert_size, logits
+
+
+def _jetmoe_experts_static(self, inputs, expert_size):
+    """`JetMoeParallelExperts.forward` with the counts as a tensor and static shapes:
+    row r of `inputs` (sorted by expert) gets `F.linear(inputs[r], weight[e])` for its
+    expert e, computed as every expert's product over all rows, each row keeping its own."""
+    rows = inputs.shape[0]
+    ends = expert_size.cumsum(0)  # the sorted rows of expert e end at ends[e]
+    positions = torch.arange(rows, device=inputs.device, dtype=ends.dtype)
+    expert = torch.searchsorted(ends, positions, right=True)[:, None]  # [rows, 1]: the expert of each row
+    output = inputs.new_zeros(rows, self.output_size)
+    for i in range(self.num_experts):
+        output = torch.where(expert == i, torch.nn.functional.linear(inputs, self.weight[i]), output)
+    return output
+
+
+def _patch_jetmoe(module):
+    gating = getattr(module, "JetMoeTopKGating", None)
+    experts = getattr(module, "JetMoeParallelExperts", None)
+    if gating is None or experts is None:
+        warnings.warn(
+            f"torchneuron: {module.__name__}.JetMoeTopKGating or JetMoeParallelExperts not found; compiled "
+            "JetMoe models may recompile when the routing changes with this version.",
+            stacklevel=2,
+        )
+        return
+    if gating.__dict__.get(_PATCHED_ATTR, False):
+        return
+    original_gating = gating.forward
+    original_experts = experts.forward
+
+    @functools.wraps(original_gating)
+    def gating_forward(self, hidden_states):
+        if _tracing_on_neuron(hidden_states):
+            return _jetmoe_gating_counts_as_tensor(self, hidden_states)
+        return original_gating(self, hidden_states)
+
+    @functools.wraps(original_experts)
+    def experts_forward(self, inputs, expert_size):
+        if isinstance(expert_size, torch.Tensor) and _tracing_on_neuron(inputs):
+            return _jetmoe_experts_static(self, inputs, expert_size)
+        return original_experts(self, inputs, expert_size)
+
+    gating.forward = gating_forward
+    experts.forward = experts_forward
+    setattr(gating, _PATCHED_ATTR, True)
+
+
 TARGETS = {
     "transformers.integrations.sdpa_attention": [
         ("use_gqa_in_sdpa", lambda f, m: _wrap_use_gqa_in_sdpa(f)),
@@ -275,4 +378,5 @@ TARGETS = {
 # module name -> [patch(module)]: classes patched in place
 CLASS_PATCHES = {
     "transformers.modeling_utils": [_patch_pretrained_model],
+    "transformers.models.jetmoe.modeling_jetmoe": [_patch_jetmoe],
 }
