@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "neuronkernels/attention.hpp"
 #include "neuronkernels/norm.hpp"
@@ -126,7 +127,107 @@ void run_rope(const Operands& o, const nk::ParallelFor& pf) {
   nk::rope(rp, pf);
 }
 
+// self[..., index[j], ...] = source[..., j, ...] along `dim`, any strides;
+// runs of the last dimension are copied whole when both are contiguous there.
+void run_index_copy(const Operands& o) {
+  const int32_t self = o.arg_id(0), index = o.arg_id(1), source = o.arg_id(2);
+  const Layout& sl = o.layout(self);
+  const Layout& il = o.layout(index);
+  const Layout& srcl = o.layout(source);
+  const auto dim = static_cast<size_t>(o.n.args.at(3).i);
+  const int64_t rank = static_cast<int64_t>(sl.sizes.size());
+  const int64_t size = sl.sizes[dim];
+  const auto* idx = static_cast<const int64_t*>(o.data(index));
+  const int64_t n = il.sizes.empty() ? 1 : il.sizes[0];
+  const int64_t idx_stride = il.sizes.empty() ? 0 : il.strides[0];
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) {
+    int64_t r = idx[j * idx_stride];
+    if (r < -size || r >= size) {
+      throw std::runtime_error("index " + std::to_string(r) + " is out of bounds for dimension " +
+                               std::to_string(dim) + " with size " + std::to_string(size));
+    }
+    rows[static_cast<size_t>(j)] = r < 0 ? r + size : r;
+  }
+  const int64_t elem = dtype_size(sl.dtype);
+  auto* dst = static_cast<char*>(o.data(self));
+  const auto* src = static_cast<const char*>(o.data(source));
+  if (srcl.numel() == 0) return;
+  // The last dimension as one run when both sides are contiguous along it
+  // (and it is not the indexed one).
+  const bool runs = rank > 0 && dim + 1 != static_cast<size_t>(rank) && sl.strides[rank - 1] == 1 &&
+                    srcl.strides[rank - 1] == 1;
+  const int64_t run = runs ? srcl.sizes[rank - 1] : 1;
+  const int64_t outer_rank = runs ? rank - 1 : rank;
+  std::vector<int64_t> at(static_cast<size_t>(outer_rank), 0);
+  for (;;) {
+    int64_t s_off = 0, d_off = 0;
+    for (int64_t k = 0; k < outer_rank; ++k) {
+      s_off += at[k] * srcl.strides[k];
+      d_off += (static_cast<size_t>(k) == dim ? rows[at[k]] : at[k]) * sl.strides[k];
+    }
+    std::memcpy(dst + d_off * elem, src + s_off * elem, static_cast<size_t>(run * elem));
+    int64_t k = outer_rank - 1;
+    for (; k >= 0; --k) {
+      if (++at[k] < srcl.sizes[k]) break;
+      at[k] = 0;
+    }
+    if (k < 0) break;
+  }
+}
+
 }  // namespace
+
+int lower_index_copies(Graph& g) {
+  int lowered = 0;
+  for (Node& node : g.nodes) {
+    const bool put = node.op == "aten::index_put_.default";
+    const bool copy = node.op == "aten::index_copy_.default";
+    if ((!put && !copy) || !node.outputs.empty() || node.args.size() < (put ? 3u : 4u)) continue;
+    const auto& a = node.args;
+    int32_t self = -1, index = -1, source = -1;
+    int64_t dim = -1;
+    if (a[0].kind != Arg::Kind::kTensor) continue;
+    self = static_cast<int32_t>(a[0].i);
+    const Layout& sl = g.value(self).layout;
+    const int64_t rank = static_cast<int64_t>(sl.sizes.size());
+    if (put) {
+      // index_put_(self, [None, ..., index], values, accumulate=False)
+      if (a[1].kind != Arg::Kind::kTensorList || a[2].kind != Arg::Kind::kTensor) continue;
+      if (a.size() > 3 && !(a[3].kind == Arg::Kind::kNone || (a[3].kind == Arg::Kind::kBool && a[3].i == 0))) continue;
+      const auto& ids = a[1].ints;
+      int given = 0;
+      for (size_t k = 0; k < ids.size(); ++k) {
+        if (ids[k] >= 0) {
+          ++given;
+          index = static_cast<int32_t>(ids[k]);
+          dim = static_cast<int64_t>(k);
+        }
+      }
+      if (given != 1 || static_cast<int64_t>(ids.size()) > rank) continue;
+      source = static_cast<int32_t>(a[2].i);
+    } else {
+      // index_copy_(self, dim, index, source)
+      if (a[1].kind != Arg::Kind::kInt || a[2].kind != Arg::Kind::kTensor || a[3].kind != Arg::Kind::kTensor) continue;
+      dim = a[1].i < 0 ? a[1].i + rank : a[1].i;
+      index = static_cast<int32_t>(a[2].i);
+      source = static_cast<int32_t>(a[3].i);
+    }
+    if (dim < 0 || dim >= rank) continue;
+    const Layout& il = g.value(index).layout;
+    const Layout& srcl = g.value(source).layout;
+    if (il.dtype != DType::kInt64 || il.sizes.size() != 1 || srcl.dtype != sl.dtype) continue;
+    // Whole slices, no broadcasting: the source is self's shape with dim's
+    // size the index's length.
+    std::vector<int64_t> want = sl.sizes;
+    want[dim] = il.sizes[0];
+    if (srcl.sizes != want) continue;
+    node.op = std::string(kNativeIndexCopy);
+    node.args = {Arg::tensor(self), Arg::tensor(index), Arg::tensor(source), Arg::integer(dim)};
+    ++lowered;
+  }
+  return lowered;
+}
 
 bool is_native_op(std::string_view op) { return op.starts_with("neuron::"); }
 
@@ -137,6 +238,7 @@ void run_native(const Program& p, const RunBuffers& b, const Step& s, const nk::
   if (op == kNativeAttentionBackward) return run_attention_backward(o, pf);
   if (op == kNativeRowNorm) return run_row_norm(o, pf);
   if (op == kNativeRope) return run_rope(o, pf);
+  if (op == kNativeIndexCopy) return run_index_copy(o);
   throw CompileError("unknown native op " + s.node.op);
 }
 

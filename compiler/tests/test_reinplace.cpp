@@ -6,6 +6,10 @@
 #include "graph_builder.hpp"
 #include "neuroncompiler/compile.hpp"
 #include "neuroncompiler/reinplace.hpp"
+#include "run_helpers.hpp"
+
+#include <string>
+#include <vector>
 
 using namespace nc_test;
 
@@ -46,6 +50,81 @@ TEST(Reinplace, ACacheUpdateRunsInPlaceOnTheInput) {
   const Program p = compile_graph(cache_update(false), &rep);
   EXPECT_EQ(rep.reinplaced, 1);
   EXPECT_EQ(p.arena_bytes, 0);  // no copy of the cache
+  // ... and the in-place write is the native index copy, not an extern call.
+  EXPECT_EQ(rep.extern_calls, 0);
+  EXPECT_EQ(rep.native_kernels, 1);
+}
+
+// The native index copy writes whole slices at the given positions (negative
+// ones wrap) from a non-contiguous source, leaves every other element alone,
+// and refuses an index out of range naming it.
+TEST(Reinplace, TheNativeIndexCopyWritesTheSlicesOfItsIndex) {
+  // cache [2, 3, 5, 4] (dim 2 indexed); source [2, 3, 2, 4] as a permuted view of [2, 2, 3, 4].
+  GraphBuilder b;
+  const int32_t cache = b.input(DType::kFloat32, {2, 3, 5, 4});
+  const int32_t pos = b.input(DType::kInt64, {2});
+  const int32_t raw = b.input(DType::kFloat32, {2, 2, 3, 4});
+  const int32_t v = b.view(raw, {2, 3, 2, 4}, {24, 4, 12, 1}, 0);
+  Arg indices;
+  indices.kind = Arg::Kind::kTensorList;
+  indices.ints = {-1, -1, pos};
+  const int32_t updated = b.node("aten::index_put.default", {T(cache), indices, T(v), Arg::boolean(false)},
+                                 DType::kFloat32, {2, 3, 5, 4});
+  b.copy_into(cache, updated);
+  b.output(b.node("aten::mul.Tensor", {T(updated), F(1.0)}, DType::kFloat32, {2, 3, 5, 4}));
+  CompileReport rep;
+  const Program p = compile_graph(b.build(), &rep);
+  ASSERT_EQ(rep.native_kernels, 1);
+  std::vector<float> c(120), src(48), out(120);
+  for (size_t i = 0; i < c.size(); ++i) c[i] = -static_cast<float>(i);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = 1000.f + static_cast<float>(i);
+  for (int64_t bad : {int64_t{5}, int64_t{-6}}) {
+    int64_t positions[2] = {1, bad};
+    RunBuffers buf{{c.data(), positions, src.data()}, {out.data()}, nullptr};
+    TestExterns none;
+    try {
+      run_program(p, buf, none);
+      ADD_FAILURE() << "index " << bad << " was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("index " + std::to_string(bad) + " is out of bounds for dimension 2 with size 5"),
+                std::string::npos) << e.what();
+    }
+  }
+  int64_t positions[2] = {3, -5};  // -5 is row 0
+  std::vector<float> want = c;
+  for (int i0 = 0; i0 < 2; ++i0)
+    for (int i1 = 0; i1 < 3; ++i1)
+      for (int j = 0; j < 2; ++j)
+        for (int i3 = 0; i3 < 4; ++i3) {
+          const int row = j == 0 ? 3 : 0;
+          want[((i0 * 3 + i1) * 5 + row) * 4 + i3] = src[i0 * 24 + j * 12 + i1 * 4 + i3];
+        }
+  RunBuffers buf{{c.data(), positions, src.data()}, {out.data()}, nullptr};
+  TestExterns none;
+  run_program(p, buf, none);
+  EXPECT_EQ(c, want);  // written in place
+  EXPECT_EQ(out, want);
+}
+
+// index_put_ with accumulate, several index tensors or a broadcast source stays an extern call.
+TEST(Reinplace, IndexPutsTheNativeCopyDoesNotTakeStayExtern) {
+  for (int variant = 0; variant < 3; ++variant) {
+    GraphBuilder b;
+    const int32_t cache = b.input(DType::kFloat32, {2, 8});
+    const int32_t pos = b.input(DType::kInt64, {1});
+    const int32_t v = b.input(DType::kFloat32, variant == 2 ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{2, 1});
+    Arg indices;
+    indices.kind = Arg::Kind::kTensorList;
+    indices.ints = variant == 1 ? std::vector<int64_t>{pos, pos} : std::vector<int64_t>{-1, pos};
+    const int32_t updated = b.node("aten::index_put.default", {T(cache), indices, T(v), Arg::boolean(variant == 0)},
+                                   DType::kFloat32, {2, 8});
+    b.copy_into(cache, updated);
+    b.output(b.node("aten::mul.Tensor", {T(updated), F(2.0)}, DType::kFloat32, {2, 8}));
+    CompileReport rep;
+    compile_graph(b.build(), &rep);
+    EXPECT_EQ(rep.native_kernels, 0) << "variant " << variant;
+    EXPECT_EQ(rep.extern_calls, 1) << "variant " << variant;
+  }
 }
 
 TEST(Reinplace, AReadOfTheOldInputInBetweenKeepsTheCopy) {

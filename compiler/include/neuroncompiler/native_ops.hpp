@@ -26,6 +26,15 @@ inline constexpr std::string_view kNativeAttentionBackward = "neuron::attention_
 inline constexpr std::string_view kNativeRowNorm = "neuron::row_norm";
 // args (x, cos, sin); outputs (out) (neuronkernels/rope.hpp).
 inline constexpr std::string_view kNativeRope = "neuron::rope";
+// args (self, index, source, dim i); no outputs: writes self in place (a
+// static KV cache's update), self[..., index[j], ...] = source[..., j, ...]
+// along dim, as index_copy_ and index_put_ with one index tensor do.
+inline constexpr std::string_view kNativeIndexCopy = "neuron::index_copy_";
+
+// Rewrites the in-place index_put_ / index_copy_ nodes (reinplace.hpp makes
+// them) that write whole slices along one dimension from one int64 index
+// vector into native index copies. Returns how many it rewrote.
+int lower_index_copies(Graph& graph);
 
 bool is_native_op(std::string_view op);
 
