@@ -1,7 +1,8 @@
 """The Hugging Face coverage tool (python -m torchneuron.coverage) on small architectures:
 every stage for two listed ones and one of Transformers' causal-LM auto mapping, the
 torch.compile stages alone (--stages) for two sliding-window ones; the tiny-config builder
-over the config of every architecture of the auto mapping (no model run)."""
+over the config of every architecture of the auto mapping (no model run); forward_bf16's
+per-token comparison of mixture-of-experts models on synthetic routing records."""
 import json
 import os
 import subprocess
@@ -406,3 +407,133 @@ def test_a_later_run_that_builds_replaces_an_earlier_build_failure():
     rerun = dict(model_type="x", passed=True, stage="all", error="", stages={s: {"status": "pass"} for s in TOOL_STAGES})
     assert merge_record(failed, rerun)["passed"] is True
     assert merge_record(rerun, failed) == failed
+
+
+def bf16_case(rerouted=(), far=()):
+    """forward_bf16's inputs for 2 x 8 tokens: CPU's bfloat16 logits 1e-3 from the float32
+    ones; the device's 1.5e-3, and 0.05 at the `far` tokens; one routed call of top-2 of 4
+    experts per token, the `rerouted` tokens sent to other experts on the device."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    exact = torch.randn(2, 8, 32, generator=g)
+    cpu = (exact + 1e-3).to(torch.bfloat16).float()
+    device = exact + 1.5e-3
+    for row, pos in far:
+        device[row, pos] += 0.05
+    cpu_routing = torch.tensor([[0, 1]] * 16)
+    device_routing = cpu_routing.clone()
+    for row, pos in rerouted:
+        device_routing[row * 8 + pos] = torch.tensor([1, 3])
+    name = "model.layers.0.mlp.experts"
+    return (cpu, exact, None, [(name, cpu_routing)]), (device, [(name, device_routing)])
+
+
+def test_bf16_leaves_out_a_token_routed_to_other_experts_and_reports_it():
+    from torchneuron.coverage.model_stages import compare_bf16
+    from torchneuron.coverage.runner import notes
+
+    ref, got = bf16_case(rerouted=[(1, 2)], far=[(1, 2)])
+    error, extra = compare_bf16(ref, got)
+    assert error < 2e-3
+    assert extra["excluded_tokens"] == 1 and extra["excluded_positions"] == [[1, 2]] and extra["routed_calls"] == 1
+    assert "other experts" in extra["excluded_reason"]
+    assert notes({"forward_bf16": dict(status="pass", **extra)}) == [
+        "forward_bf16 left out 1 token routed to other experts than on CPU"]
+    # Routed alike: nothing left out, the far token fails as before.
+    ref, got = bf16_case(far=[(1, 2)])
+    with pytest.raises(AssertionError, match="bfloat16 logits on the device are 0.05"):
+        compare_bf16(ref, got)
+
+
+def test_bf16_judges_the_tokens_after_a_rerouted_one_and_says_where_the_worst_is():
+    from torchneuron.coverage.model_stages import compare_bf16
+
+    ref, got = bf16_case(rerouted=[(1, 2)], far=[(1, 2), (1, 5)])
+    with pytest.raises(AssertionError, match=r"on the 15 of 16 tokens routed as on CPU.*worst at row 1 position 5, "
+                                             r"after the rerouted position\(s\) \[2\] of its row"):
+        compare_bf16(ref, got)
+
+
+def test_bf16_fails_when_more_than_a_quarter_of_the_tokens_are_rerouted():
+    from torchneuron.coverage.model_stages import MAX_REROUTED_SHARE, compare_bf16
+
+    assert MAX_REROUTED_SHARE == 0.25
+    four = [(0, 1), (0, 6), (1, 0), (1, 7)]
+    assert compare_bf16(*bf16_case(rerouted=four))[1]["excluded_tokens"] == 4  # a quarter: still judged
+    with pytest.raises(AssertionError, match=r"5 of 16 tokens are routed to other experts on the device than in "
+                                             r"CPU's bfloat16 run \(at most 25% may be left out\), e.g. row 0 "
+                                             r"position 1"):
+        compare_bf16(*bf16_case(rerouted=four + [(1, 3)]))
+
+
+def test_bf16_of_a_dense_model_is_judged_on_every_token_as_before():
+    from torchneuron.coverage.common import max_abs_diff
+    from torchneuron.coverage.model_stages import compare_bf16
+
+    (cpu, exact, _, _), (device, _) = bf16_case(far=[(1, 2)])
+    limit = 2 * max_abs_diff(exact, cpu) + 1e-5
+    with pytest.raises(AssertionError) as failure:
+        compare_bf16((cpu, exact, None, []), (device, []))
+    assert str(failure.value) == (f"bfloat16 logits on the device are {max_abs_diff(exact, device):.3g} from the "
+                                  f"float32 model's, CPU's are {max_abs_diff(exact, cpu):.3g} (limit {limit:.3g})")
+    (cpu, exact, _, _), (device, _) = bf16_case()
+    cpu_error = max_abs_diff(exact, cpu)
+    assert compare_bf16((cpu, exact, cpu, []), (device, [])) == (
+        max_abs_diff(exact, device), {"cpu_error": cpu_error, "cpu_eager_error": cpu_error})
+    # Records that cannot be matched call by call leave nothing out, and say so.
+    ref, (device, routing) = bf16_case(rerouted=[(1, 2)], far=[(1, 2)])
+    with pytest.raises(AssertionError, match="bfloat16 logits on the device are 0.05"):
+        compare_bf16(ref, (device, routing + routing))
+
+
+def test_routing_is_recorded_from_the_experts_or_the_named_router():
+    """Mixtral's experts get each token's top-k experts as `top_k_index`; a model whose experts
+    take no such argument is recorded from the router that `_can_record_outputs` names (the
+    top-k of its logits); a dense model records nothing."""
+    import torch
+    import transformers
+    from torch import nn
+    from transformers.utils.output_capturing import OutputRecorder
+
+    from torchneuron.coverage.routing import record_routing, rerouted_tokens
+
+    torch.manual_seed(0)
+    config = transformers.MixtralConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                        num_attention_heads=2, num_key_value_heads=1, num_local_experts=4,
+                                        num_experts_per_tok=2)
+    model = transformers.MixtralForCausalLM(config).eval()
+    ids = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), record_routing(model, ids.numel()) as routing:
+        model(ids)
+    assert [name for name, _ in routing] == ["model.layers.0.mlp.experts", "model.layers.1.mlp.experts"]
+    assert all(index.shape == (10, 2) and torch.equal(index, index.sort(-1).values) for _, index in routing)
+    assert not rerouted_tokens(routing, routing).any()
+
+    class Router(nn.Module):
+        top_k = 1
+
+        def forward(self, x):
+            return x[..., :3], "other output"
+
+    class Block(nn.Module):
+        _can_record_outputs = {"router_logits": OutputRecorder(Router, index=0)}
+
+        def __init__(self):
+            super().__init__()
+            self.router = Router()
+
+        def forward(self, x):
+            return self.router(x)
+
+    x = torch.tensor([[[0.0, 2.0, 1.0, 9.0], [3.0, 1.0, 2.0, 9.0]]])
+    block = Block()
+    with record_routing(block, 2) as routing:
+        block(x)
+    assert len(routing) == 1 and routing[0][0] == "router" and routing[0][1].tolist() == [[1], [0]]
+
+    dense = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+    with torch.no_grad(), record_routing(dense, ids.numel()) as routing:
+        dense(ids)
+    assert routing == []

@@ -12,8 +12,10 @@ See `cli` for the command line (`python -m torchneuron.coverage --all-causal-lm
 to join runs of different stages), `tiny_configs` for the configurations (tuned
 values per architecture) and `derive` for those derived from any config class's
 defaults, `runner` for how a stage runs, `model_stages`, `generation_stages` and
-`compile_stages` for what each stage compares, and `outcome` for how a failure is
-told apart (the device, the CPU reference, a missing package).
+`compile_stages` for what each stage compares, `routing` for the experts each token
+of a mixture-of-experts model is routed to (forward_bf16 leaves out the tokens the
+device routes differently from CPU), and `outcome` for how a failure is told apart
+(the device, the CPU reference, a missing package).
 `more_architectures.tsv` lists architectures beyond the project's shared list
 (hybrids, MLA variants, partial rotary, per-layer embeddings) whose tiny
 configurations needed care; the documented run covers every architecture of

@@ -33,7 +33,7 @@ from .generation_stages import (
 )
 from .model_stages import (
     build_cpu_model, compare_bf16, compare_grads, eager_copy, move_to_device, sdpa_not_applicable,
-    stage_backward, stage_backward_reference, stage_forward,
+    stage_backward, stage_backward_reference, stage_forward, stage_forward_routed,
 )
 from .tiny_configs import VOCAB
 
@@ -141,11 +141,12 @@ def run_extra_stages(rec, cpu_model, dev_model, device, timeout):
     def cpu_bf16():
         bf16["cpu"] = copy.deepcopy(cpu_model).to(torch.bfloat16)
         eager = None if sdpa_not_applicable(cpu_model) else stage_forward(eager_copy(bf16["cpu"]), ids, mask)
-        return stage_forward(bf16["cpu"], ids, mask), stage_forward(cpu_model, ids, mask), eager
+        logits, routing = stage_forward_routed(bf16["cpu"], ids, mask)
+        return logits, stage_forward(cpu_model, ids, mask), eager, routing
 
     def dev_bf16():
         model, _ = move_to_device(bf16["cpu"], device)
-        return stage_forward(model, ids.to(device), mask.to(device))
+        return stage_forward_routed(model, ids.to(device), mask.to(device))
 
     run_stage(rec, "forward_bf16", cpu_bf16, dev_bf16, compare_bf16, device, timeout, na_on_cpu_error=True)
     bf16.clear()
@@ -195,6 +196,10 @@ def notes(stages):
         out.append("sampled tokens differ from CPU's under the same seed")
     if stages.get("sdpa_vs_eager", {}).get("cpu_sdpa_equals_eager") is False:
         out.append("sdpa and eager tokens differ on CPU too")
+    bf16 = stages.get("forward_bf16", {})
+    if bf16.get("status") == "pass" and bf16.get("excluded_tokens"):
+        n = bf16["excluded_tokens"]
+        out.append(f"forward_bf16 left out {n} token{'s' if n > 1 else ''} routed to other experts than on CPU")
     return out
 
 
