@@ -484,6 +484,19 @@ def test_an_error_inside_a_graph_names_the_graph_and_node(fresh_processes):
     assert shape == "torch.Size([2, 3])"  # the process keeps working
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32])
+def test_histc_in_a_program_equals_eager(dtype):
+    """Transformers' mixture-of-experts layers count tokens per expert with an
+    integer histc off CPU; a program runs it as the device's eager op does."""
+    x = torch.randint(-1, 9, (200,), generator=torch.Generator().manual_seed(3)).to(dtype)
+    fn = lambda t: torch.histc(t, bins=8, min=0, max=7)  # noqa: E731
+    got = torch.compile(fn, backend="neuron", fullgraph=True)(x.to("neuron"))
+    assert records()[-1]["programs"]["inference"]["executor"] == "compiler"
+    want = torch.histc(x.double(), bins=8, min=0, max=7).to(dtype)  # CPU's kernel takes floating types only
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.cpu(), want)
+
+
 def test_cpu_tensor_into_a_compiled_neuron_module():
     model, _ = pair(lambda: torch.nn.Linear(4, 2))
     compiled = torch.compile(model, backend="neuron")

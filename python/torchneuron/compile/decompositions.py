@@ -21,6 +21,12 @@ Never in the table, so kept anyway: `addmm`, `mm`, `bmm` (the GEMM and the
 skinny matmul), `native_layer_norm`, `embedding`, `_softmax`,
 `_log_softmax`, `native_dropout` (one RNG draw from the device generator).
 
+Added: `histc` of an integer tensor counts through a floating copy and returns
+the input's dtype, as the device's eager `histc` does (and CUDA's; ATen's CPU
+kernel, which a program's extern call runs, takes floating types only).
+Transformers' mixture-of-experts layers count tokens per expert so on any
+device but CPU.
+
 Everything else follows the core-ATen table: composite ops (`linear`,
 `layer_norm`, ...) arrive as their ATen pieces, in-place ops as functional
 ones (AOTAutograd functionalizes), and the rest as core ATen ops.
@@ -44,13 +50,23 @@ KEPT_WHOLE = (
 )
 
 
+def _integer_histc(self, bins=100, min=0, max=0):
+    if self.dtype.is_floating_point:
+        return NotImplemented  # the op itself
+    # Exact in float32 up to 2^24 elements per bin (csrc/aten/native/Compat.cpp).
+    counting = torch.float32 if self.numel() < (1 << 24) else torch.float64
+    return aten.histc.default(self.to(counting), bins, min, max).to(self.dtype)
+
+
 @functools.cache
 def _table():
     from torch._decomp import core_aten_decompositions
 
     kept = {packet for packet in KEPT_WHOLE}
-    return {op: fn for op, fn in core_aten_decompositions().items()
-            if getattr(op, "overloadpacket", None) not in kept}
+    table = {op: fn for op, fn in core_aten_decompositions().items()
+             if getattr(op, "overloadpacket", None) not in kept}
+    table[aten.histc.default] = _integer_histc
+    return table
 
 
 def decomposition_table() -> dict:
