@@ -187,8 +187,9 @@ def backend_share(peer):
 def lowered_nodes(records):
     """Per AOT graph kind: (graph nodes run as our fused groups, the device's kernels or
     library matrix products, all graph nodes but views, the other extern calls' ops).
-    Folded constants and copies removed by re-inplacing count as lowered (no work
-    left); an eagerly run graph counts every node as extern."""
+    Folded constants (scalar immediates, and subgraphs that depend on no input,
+    computed at compile time) and copies removed by re-inplacing count as
+    lowered (no work left in the program); an eagerly run graph counts every node as extern."""
     out = {}
     for r in records:
         for kind, p in r["programs"].items():
@@ -196,7 +197,8 @@ def lowered_nodes(records):
                 n = r["nodes"].get(kind, {}).get("extern", 0)
                 out[kind] = (0, n, ["eager: " + str(p.get("reason"))])
                 continue
-            lowered = p["fused_nodes"] + p["native_nodes"] + p["folded"] + p["reinplaced"] + p["library_calls"]
+            lowered = (p["fused_nodes"] + p["native_nodes"] + p["folded"] + p.get("constant_folded", 0)
+                       + p["reinplaced"] + p["library_calls"])
             total = lowered + p["extern"] - p["library_calls"]
             others = {op: n for op, n in p["extern_ops"].items()
                       if op not in ("aten::mm.default", "aten::addmm.default", "aten::bmm.default",

@@ -415,6 +415,16 @@ LIGHT_IMPORT_CHILD = """
 """
 
 
+# The device generator's first use is inside a program (no manual_seed, no eager
+# random op before): it is created on the device's worker thread.
+FIRST_RNG_IN_A_PROGRAM_CHILD = """
+    import torch
+    f = torch.compile(lambda x: torch.nn.functional.dropout(x, 0.5, training=True), backend="neuron")
+    y = f(torch.ones(1000, device="neuron")).cpu()
+    print(((y == 0) | (y == 2)).all().item(), 0.4 < (y == 0).float().mean().item() < 0.6)
+"""
+
+
 RUNTIME_ERROR_CHILD = """
     import torch
     emb = torch.nn.Embedding(4, 3).to("neuron")
@@ -456,7 +466,8 @@ def fresh_processes(start_python, tmp_path_factory):
     return {"entry_point": start_python(ENTRY_POINT_CHILD, env=entry_point_env),
             "autoload": start_python(autoload),
             "light": start_python(LIGHT_IMPORT_CHILD),
-            "runtime_error": start_python(RUNTIME_ERROR_CHILD, env={"NEURON_LAUNCH_BLOCKING": "1"})}
+            "runtime_error": start_python(RUNTIME_ERROR_CHILD, env={"NEURON_LAUNCH_BLOCKING": "1"}),
+            "first_rng": start_python(FIRST_RNG_IN_A_PROGRAM_CHILD)}
 
 
 def test_entry_point_works_without_import(fresh_processes):
@@ -465,6 +476,10 @@ def test_entry_point_works_without_import(fresh_processes):
 
 def test_backend_name_works_under_autoload(fresh_processes):
     assert fresh_processes["autoload"].wait(120).stdout.strip().splitlines()[-1] == "1"
+
+
+def test_the_device_generator_can_first_be_used_inside_a_program(fresh_processes):
+    assert fresh_processes["first_rng"].wait(120).stdout.strip().splitlines()[-1] == "True True"
 
 
 def test_import_torch_stays_light(fresh_processes):
@@ -482,6 +497,54 @@ def test_an_error_inside_a_graph_names_the_graph_and_node(fresh_processes):
     assert re.search(r"in compiled program step \d+ \(extern call aten::embedding.default\)", notes), notes
     assert re.search(r"in compiled graph \d+ \(inference\)", notes), notes
     assert shape == "torch.Size([2, 3])"  # the process keeps working
+
+
+def test_constant_subgraphs_are_folded_once():
+    """What depends on no input (a causal mask made from aranges, as Transformers
+    builds one) is computed at compile time and read by the program as a constant."""
+    def fn(x):
+        pos = torch.arange(x.shape[-1], device=x.device)
+        mask = (pos[None, :] <= pos[:, None]) & (pos[:, None] - pos[None, :] < 3)
+        return torch.where(mask, x, 0.0) * 2
+
+    x = torch.randn(6, 6)
+    got = torch.compile(fn, backend="neuron", fullgraph=True)(x.to("neuron"))
+    torch.testing.assert_close(got.cpu(), fn(x))
+    program = records()[-1]["programs"]["inference"]
+    assert program["executor"] == "compiler"
+    assert program["constant_folded"] >= 5
+    assert not any(op.startswith(("aten::arange", "aten::le", "aten::lt", "aten::bitwise_and"))
+                   for op in program["extern_ops"]), program["extern_ops"]
+
+
+def test_folded_constants_are_not_shared_through_the_program_cache():
+    """Two graphs that differ only in a folded constant have the same program text
+    (the cache key); each call still reads its own constant."""
+    def one(x):
+        return x + torch.arange(4, device=x.device) * 1.0
+
+    def two(x):
+        return x + torch.arange(4, device=x.device) * 2.0
+
+    x = torch.zeros(4)
+    a = torch.compile(one, backend="neuron", fullgraph=True)(x.to("neuron")).cpu()
+    b = torch.compile(two, backend="neuron", fullgraph=True)(x.to("neuron")).cpu()
+    torch.testing.assert_close(a, one(x))
+    torch.testing.assert_close(b, two(x))
+    assert [r["programs"]["inference"]["cache"] for r in records()] == ["miss", "memory"]
+
+
+def test_random_ops_are_never_folded():
+    """Dropout of a constant depends on no input, and draws anew every call."""
+    def fn(x):
+        return x + torch.nn.functional.dropout(torch.ones(64, device=x.device), 0.5, training=True)
+
+    compiled = torch.compile(fn, backend="neuron", fullgraph=True)
+    x = torch.zeros(64, device="neuron")
+    first, second = compiled(x).cpu(), compiled(x).cpu()
+    assert not torch.equal(first, second)
+    program = records()[-1]["programs"]["inference"]
+    assert program["executor"] == "compiler" and program["constant_folded"] == 0
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32])

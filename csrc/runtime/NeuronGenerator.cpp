@@ -78,7 +78,13 @@ const at::Generator& default_generator(c10::DeviceIndex device) {
     gens = new std::vector<at::Generator>();  // never destroyed: used at exit
     for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
       auto g = at::make_generator<NeuronGeneratorImpl>(i);
-      g.set_current_seed(c10::default_rng_seed_val);
+      // Seeded directly, without set_current_seed's drain of the device: no
+      // queued work can use a generator that does not exist yet, and the
+      // first use may come from a device worker (a compiled program's
+      // dropout), where a device synchronization would deadlock.
+      at::Generator cpu = g.get<NeuronGeneratorImpl>()->cpu_generator();
+      std::lock_guard<std::mutex> lock(cpu.mutex());
+      cpu.set_current_seed(c10::default_rng_seed_val);
       gens->push_back(std::move(g));
     }
   });

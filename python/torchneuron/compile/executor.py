@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import calls, collectives, metrics, serialize
+from . import calls, collectives, constants, metrics, serialize
 
 NAME = "compiler"  # recorded in compile_metrics() as the record's "executor"
 
@@ -41,8 +41,10 @@ class GraphInfo:
 def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dict | None = None):
     record = record if record is not None else {}
     try:
+        with metrics.phase(record, f"fold_{info.kind}"):
+            program_gm, constant_folded = constants.fold(gm)
         with metrics.phase(record, f"serialize_{info.kind}"):
-            serialized = serialize.serialize(collectives.for_program(gm))
+            serialized = serialize.serialize(collectives.for_program(program_gm))
         text = serialized.text
         label = f"graph {info.graph_id} ({info.kind})"
         compiled, cache_state = _program(text, info, label)
@@ -55,7 +57,8 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dic
     metrics.note_program(record, info.kind, {
         "executor": "compiler", "reason": None, "cache": cache_state,
         "native_kernels": report["native_kernels"], "native_nodes": report["native_nodes"],
-        "reinplaced": report["reinplaced"], "folded": report["folded"], "library_calls": report["library_calls"],
+        "reinplaced": report["reinplaced"], "folded": report["folded"], "constant_folded": constant_folded,
+        "library_calls": report["library_calls"],
         "extern_ops": dict(report["extern_ops"]), "collectives": collectives.count(report["extern_ops"]),
         "fused_groups": report["fused_groups"], "fused_nodes": report["fused_nodes"], "extern": report["extern"],
         "arena_bytes": report["arena_bytes"], "output_bytes": report["output_bytes"],
