@@ -66,6 +66,21 @@ def _worth_folding(node) -> bool:
     return val.numel() * val.element_size() <= MAX_BYTES
 
 
+class _Folded(torch.nn.Module):
+    """A folded graph with its constants, as serialize.py reads a GraphModule
+    (`.graph`, attributes by name). Not a GraphModule: its Python code
+    generation, which nothing runs here, cost several times the fold itself."""
+
+    def __init__(self, graph, original):
+        super().__init__()
+        self.graph = graph
+        from torch.fx.graph_module import _copy_attr
+
+        for node in graph.nodes:  # the original's own attributes the copy refers to
+            if node.op == "get_attr":
+                _copy_attr(original, self, node.target)
+
+
 def fold(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, int]:
     """(a copy of gm with its constant subgraphs folded, the number of nodes
     folded away), or (gm, 0) when there is nothing to fold."""
@@ -106,7 +121,7 @@ def fold(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, int]:
     graph = torch.fx.Graph()
     mapping = {}
     graph.output(graph.graph_copy(gm.graph, mapping))
-    folded = torch.fx.GraphModule(gm, graph)
+    folded = _Folded(graph, gm)
     before = len(graph.nodes)
     for i, node in enumerate(frontier):
         name = f"_folded_constant_{i}"
@@ -117,6 +132,5 @@ def fold(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, int]:
         attr.meta = dict(copy.meta)
         copy.replace_all_uses_with(attr)
     folded.graph.eliminate_dead_code()
-    folded.recompile()
     removed = before + len(frontier) - len(folded.graph.nodes)
     return folded, removed
