@@ -33,6 +33,7 @@ Program compile_graph(const Graph& graph, CompileReport* report) {
   rep.folded = rewrite_patterns(g).folded;
   rep.reinplaced = reinplace(g);
   lower_index_copies(g);
+  lower_integer_arithmetic(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     // The device's own ops (its fused attention) have no CPU kernel for an
     // extern call: the pattern pass must have taken them.

@@ -1,9 +1,11 @@
 #include "neuroncompiler/native_ops.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "neuronkernels/attention.hpp"
@@ -176,7 +178,133 @@ void run_index_copy(const Operands& o) {
   }
 }
 
+// Element strides of `l` broadcast (right-aligned) to `sizes`.
+std::vector<int64_t> broadcast_strides(const Layout& l, const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size(), 0);
+  const size_t lead = sizes.size() - l.sizes.size();
+  for (size_t k = 0; k < l.sizes.size(); ++k) strides[lead + k] = l.sizes[k] == 1 ? 0 : l.strides[k];
+  return strides;
+}
+
+// Calls body(offsets of each operand) for every element of `sizes`, in order.
+template <size_t N, typename Body>
+void for_each_element(const std::vector<int64_t>& sizes, const std::array<std::vector<int64_t>, N>& strides,
+                      Body body) {
+  for (int64_t s : sizes) if (s == 0) return;
+  std::vector<int64_t> at(sizes.size(), 0);
+  for (;;) {
+    std::array<int64_t, N> off{};
+    for (size_t o = 0; o < N; ++o) {
+      for (size_t k = 0; k < sizes.size(); ++k) off[o] += at[k] * strides[o][k];
+    }
+    body(off);
+    size_t k = sizes.size();
+    for (; k > 0; --k) {
+      if (++at[k - 1] < sizes[k - 1]) break;
+      at[k - 1] = 0;
+    }
+    if (k == 0) return;
+  }
+}
+
+template <typename T>
+void int_add_typed(const Operands& o) {
+  const int32_t out = o.out_id(0);
+  const Layout& ol = o.layout(out);
+  auto* y = static_cast<T*>(o.data(out));
+  const int64_t alpha = o.n.args.at(2).i;
+  const bool subtract = o.n.args.at(3).i != 0;
+  const Arg& a = o.n.args.at(0);
+  const Arg& b = o.n.args.at(1);
+  const auto* pa = a.kind == Arg::Kind::kTensor ? static_cast<const T*>(o.data(static_cast<int32_t>(a.i))) : nullptr;
+  const auto* pb = b.kind == Arg::Kind::kTensor ? static_cast<const T*>(o.data(static_cast<int32_t>(b.i))) : nullptr;
+  const std::vector<int64_t> none(ol.sizes.size(), 0);
+  const std::array<std::vector<int64_t>, 3> strides{
+      ol.strides, pa ? broadcast_strides(o.layout(static_cast<int32_t>(a.i)), ol.sizes) : none,
+      pb ? broadcast_strides(o.layout(static_cast<int32_t>(b.i)), ol.sizes) : none};
+  // Wrapping arithmetic, as ATen's integer kernels do.
+  using U = std::make_unsigned_t<T>;
+  for_each_element(ol.sizes, strides, [&](const std::array<int64_t, 3>& off) {
+    const U x = static_cast<U>(pa ? pa[off[1]] : static_cast<T>(a.i));
+    const U z = static_cast<U>(static_cast<U>(pb ? pb[off[2]] : static_cast<T>(b.i)) * static_cast<U>(alpha));
+    y[off[0]] = static_cast<T>(subtract ? x - z : x + z);
+  });
+}
+
+void run_int_add(const Operands& o) {
+  if (o.layout(o.out_id(0)).dtype == DType::kInt64) return int_add_typed<int64_t>(o);
+  return int_add_typed<int32_t>(o);
+}
+
+void run_int_copy(const Operands& o) {
+  const int32_t dst = o.arg_id(0), src = o.arg_id(1);
+  const Layout& dl = o.layout(dst);
+  const int64_t elem = dtype_size(dl.dtype);
+  auto* d = static_cast<char*>(o.data(dst));
+  const auto* s = static_cast<const char*>(o.data(src));
+  const std::array<std::vector<int64_t>, 2> strides{dl.strides, broadcast_strides(o.layout(src), dl.sizes)};
+  for_each_element(dl.sizes, strides, [&](const std::array<int64_t, 2>& off) {
+    std::memcpy(d + off[0] * elem, s + off[1] * elem, static_cast<size_t>(elem));
+  });
+}
+
+bool is_exact_int(DType t) { return t == DType::kInt64 || t == DType::kInt32; }
+
+// Whether `l` broadcasts (right-aligned) to `sizes`.
+bool broadcasts_to(const Layout& l, const std::vector<int64_t>& sizes) {
+  if (l.sizes.size() > sizes.size()) return false;
+  const size_t lead = sizes.size() - l.sizes.size();
+  for (size_t k = 0; k < l.sizes.size(); ++k) {
+    if (l.sizes[k] != 1 && l.sizes[k] != sizes[lead + k]) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+int lower_integer_arithmetic(Graph& g) {
+  int lowered = 0;
+  for (Node& node : g.nodes) {
+    if (node.op == kCopyInto) {
+      const auto& a = node.args;
+      if (a.size() < 2 || a[0].kind != Arg::Kind::kTensor || a[1].kind != Arg::Kind::kTensor) continue;
+      const Layout& dl = g.value(static_cast<int32_t>(a[0].i)).layout;
+      const Layout& sl = g.value(static_cast<int32_t>(a[1].i)).layout;
+      if (!is_exact_int(dl.dtype) || sl.dtype != dl.dtype || !broadcasts_to(sl, dl.sizes)) continue;
+      node.op = std::string(kNativeIntCopy);
+      node.args = {a[0], a[1]};
+      ++lowered;
+      continue;
+    }
+    const bool add = node.op == "aten::add.Tensor", sub = node.op == "aten::sub.Tensor";
+    if ((!add && !sub) || node.outputs.size() != 1 || node.outputs[0] < 0 || node.args.size() < 2) continue;
+    const Value& out = g.value(node.outputs[0]);
+    if (!is_exact_int(out.layout.dtype) || out.is_view()) continue;
+    bool ok = true;
+    int tensors = 0;
+    for (size_t i = 0; i < 2 && ok; ++i) {
+      const Arg& a = node.args[i];
+      if (a.kind == Arg::Kind::kTensor) {
+        const Layout& l = g.value(static_cast<int32_t>(a.i)).layout;
+        ok = l.dtype == out.layout.dtype && broadcasts_to(l, out.layout.sizes);
+        ++tensors;
+      } else {
+        ok = a.kind == Arg::Kind::kInt;
+      }
+    }
+    int64_t alpha = 1;
+    if (node.args.size() > 2) {
+      const Arg& a = node.args[2];
+      if (a.kind == Arg::Kind::kInt) alpha = a.i;
+      else if (a.kind != Arg::Kind::kNone) ok = false;
+    }
+    if (!ok || tensors == 0) continue;
+    node.op = std::string(kNativeIntAdd);
+    node.args = {node.args[0], node.args[1], Arg::integer(alpha), Arg::boolean(sub)};
+    ++lowered;
+  }
+  return lowered;
+}
 
 int lower_index_copies(Graph& g) {
   int lowered = 0;
@@ -239,6 +367,8 @@ void run_native(const Program& p, const RunBuffers& b, const Step& s, const nk::
   if (op == kNativeRowNorm) return run_row_norm(o, pf);
   if (op == kNativeRope) return run_rope(o, pf);
   if (op == kNativeIndexCopy) return run_index_copy(o);
+  if (op == kNativeIntAdd) return run_int_add(o);
+  if (op == kNativeIntCopy) return run_int_copy(o);
   throw CompileError("unknown native op " + s.node.op);
 }
 

@@ -152,9 +152,8 @@ bool is_pointwise(const Graph& g, const Node& n) {
     const DType from = g.value(static_cast<int32_t>(src.i)).layout.dtype;
     // Through float32 an integer keeps 24 bits: int-to-int casts are not ours.
     if (!is_bool_or_float(from) && !is_bool_or_float(out.layout.dtype) && from != out.layout.dtype) return false;
-    if (!is_bool_or_float(from) && from == out.layout.dtype && from != DType::kInt32 && from != DType::kInt8 &&
-        from != DType::kUInt8) {
-      return false;  // an int64 copy through float32 would round large values
+    if (!is_bool_or_float(from) && from == out.layout.dtype && from != DType::kInt8 && from != DType::kUInt8) {
+      return false;  // an int32 or int64 copy through float32 would round values beyond 2^24
     }
     if (n.op == "aten::_to_copy.default" && n.args.size() > 2 && n.args[2].kind != Arg::Kind::kNone &&
         !(n.args[2].kind == Arg::Kind::kInt && n.args[2].i == 0)) {

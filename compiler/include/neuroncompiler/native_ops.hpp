@@ -31,6 +31,20 @@ inline constexpr std::string_view kNativeRope = "neuron::rope";
 // along dim, as index_copy_ and index_put_ with one index tensor do.
 inline constexpr std::string_view kNativeIndexCopy = "neuron::index_copy_";
 
+// args (a tensor|int, b tensor|int, alpha i, subtract b); outputs (out): exact
+// integer a + alpha * b (or a - alpha * b) in out's dtype (int64 or int32),
+// operands broadcast to out's shape. A KV cache's position arithmetic
+// (`cache_position + cumulative_length`): the tile interpreter computes in
+// float32, exact to 2^24 only.
+inline constexpr std::string_view kNativeIntAdd = "neuron::int_add";
+// args (dst, src); no outputs: dst = src (src broadcast), one integer dtype,
+// exactly (an integer input's update, e.g. the cache's fill level).
+inline constexpr std::string_view kNativeIntCopy = "neuron::int_copy_";
+
+// Rewrites integer add/sub (int64, int32) and integer copies into inputs
+// into the exact native ops above. Returns how many it rewrote.
+int lower_integer_arithmetic(Graph& graph);
+
 // Rewrites the in-place index_put_ / index_copy_ nodes (reinplace.hpp makes
 // them) that write whole slices along one dimension from one int64 index
 // vector into native index copies. Returns how many it rewrote.
