@@ -55,7 +55,8 @@ inline float sigmoid(float x) { return 1.f / (1.f + exp_poly(-x)); }
 // erf: for |x| < 0.5 its odd Taylor series through x^15 (the next term is below
 // 1e-10 there); above, erf = 1 - erfc with erfc from the Chebyshev fit of
 // Numerical Recipes (relative error below 1.2e-7) over exp_poly. Both are
-// computed and one selected, so the loop stays branch-free; within 2 ulp of erff.
+// computed and one selected, so the loop stays branch-free; within 4 ulp of the
+// float64 erf (tests/test_interpreter.cpp).
 inline float erf_poly(float x) {
   const float a = std::fabs(x);
   const float x2 = x * x;
