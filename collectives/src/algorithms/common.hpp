@@ -6,6 +6,7 @@
 
 #include "group_impl.hpp"
 #include "reduce_kernels.hpp"
+#include "stream_copy.hpp"
 
 namespace neuroncoll::algorithms {
 

@@ -10,7 +10,7 @@ namespace neuroncoll {
 
 using algorithms::ceil_div;
 using algorithms::copy_bytes;
-
+using algorithms::copy_output;
 using algorithms::part;
 
 Status Group::Impl::broadcast(void* buffer, size_t count, DType dtype, int root) {
@@ -31,7 +31,9 @@ Status Group::Impl::broadcast(void* buffer, size_t count, DType dtype, int root)
     if (me == root) copy_bytes(staging(root), buf + k * chunk * esz, part(count, chunk, k) * esz);
   };
   auto read = [&](size_t k) {
-    if (me != root) copy_bytes(buf + k * chunk * esz, staging(root), part(count, chunk, k) * esz);
+    if (me != root) {
+      copy_output(buf + k * chunk * esz, staging(root), part(count, chunk, k) * esz, bytes);
+    }
     return Status{};
   };
   if (bytes <= small_message_bytes) return run(d, rounds, write, read);
@@ -45,7 +47,7 @@ Status Group::Impl::broadcast(void* buffer, size_t count, DType dtype, int root)
   NEURONCOLL_RETURN_IF_ERROR(check_direct("broadcast", &pin, &pout, &usable));
   if (!usable) return staged_rounds(0, rounds, write, read, "broadcast");
   ++stats.direct_broadcasts;
-  if (me != root) copy_bytes(buf, pin[root], bytes);
+  if (me != root) copy_output(buf, pin[root], bytes, bytes);
   return round("broadcast");  // the root's buffer is free again
 }
 
@@ -77,8 +79,8 @@ Status Group::Impl::gather_to(Kind kind, const void* in, void* out, size_t count
   auto read = [&](size_t k) {
     if (!receives) return Status{};
     for (int p = 0; p < n; ++p) {
-      copy_bytes(static_cast<char*>(out) + (p * count + k * chunk) * esz, staging(p),
-                 part(count, chunk, k) * esz);
+      copy_output(static_cast<char*>(out) + (p * count + k * chunk) * esz, staging(p),
+                  part(count, chunk, k) * esz, n * bytes);
     }
     return Status{};
   };
@@ -98,7 +100,7 @@ Status Group::Impl::gather_to(Kind kind, const void* in, void* out, size_t count
   ++stats.direct_all_gathers;
   for (int p = 0; p < n; ++p) {
     char* dst = static_cast<char*>(out) + p * bytes;
-    if (dst != pin[p]) copy_bytes(dst, pin[p], bytes);
+    if (dst != pin[p]) copy_output(dst, pin[p], bytes, n * bytes);
   }
   return round("all_gather");  // peers are done reading this rank's input
 }

@@ -17,6 +17,7 @@ namespace neuroncoll {
 
 using algorithms::ceil_div;
 using algorithms::copy_bytes;
+using algorithms::copy_output;
 
 void Group::Impl::reduce_staged(const Descriptor& d, size_t offset, void* out, size_t count) {
   const int n = size();
@@ -55,6 +56,9 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
         });
   }
 
+  // In place, this rank read its output's lines a moment ago: they are in
+  // the caches, and streaming them out measured no faster (or slower).
+  const size_t out_of_place = in == out ? 0 : bytes;
   if (local.ok()) {
     d.in = arena_of(in, bytes);
     d.out = arena_of(out, bytes);
@@ -78,7 +82,8 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
       slice_of(count, esz, n, p, &b, &e);
-      copy_bytes(static_cast<char*>(out) + b * esz, pout[p] + b * esz, (e - b) * esz);
+      copy_output(static_cast<char*>(out) + b * esz, pout[p] + b * esz, (e - b) * esz,
+                  out_of_place);
     }
     // Peers may still read this rank's buffers until everyone is here.
     return round("all_reduce");
@@ -97,7 +102,8 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
     NEURONCOLL_RETURN_IF_ERROR(round("all_reduce"));
     for (int p = 0; p < n; ++p) {
       slice_of(m, esz, n, p, &b, &e);
-      copy_bytes(static_cast<char*>(out) + (off + b) * esz, staging(p) + b * esz, (e - b) * esz);
+      copy_output(static_cast<char*>(out) + (off + b) * esz, staging(p) + b * esz, (e - b) * esz,
+                  out_of_place);
     }
     release();
   }
@@ -138,22 +144,36 @@ Status Group::Impl::reduce_scatter(const void* in, void* out, size_t count, DTyp
   Status local = algorithms::check_local(*this, d, in, out, true, true);
   if (n == 1) return algorithms::single_rank_reduce(*this, local, d, in, out);
   const size_t esz = local.ok() ? dtype_size(dtype) : 1;
-  // Staging holds one region per destination rank.
+  // Staging holds one region per destination rank. A rank reduces its own
+  // part of its input where it is, so its own region of its own staging is
+  // free: a large output is reduced there (in the caches) and streamed out.
   const size_t chunk = staging_bytes / (esz * n);
   const size_t region = chunk * esz;
   const size_t rounds = std::max<size_t>(1, ceil_div(count, chunk));
+  const bool stream = count * esz >= algorithms::kStreamOutputBytes;
+  std::vector<const void*> srcs(n);
+  std::vector<double> scales(n);
   return run(
       d, rounds,
       [&](size_t k) {
         const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
         for (int q = 0; q < n; ++q) {
+          if (q == me) continue;
           copy_bytes(staging(me) + q * region,
                      static_cast<const char*>(in) + (q * count + off) * esz, m * esz);
         }
       },
       [&](size_t k) {
-        reduce_staged(d, me * region, static_cast<char*>(out) + k * chunk * esz,
-                      algorithms::part(count, chunk, k));
+        const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
+        for (int p = 0; p < n; ++p) {
+          srcs[p] = p == me ? static_cast<const char*>(in) + (me * count + off) * esz
+                            : staging(p) + me * region;
+          scales[p] = slot(p).desc.scale;
+        }
+        char* dst = static_cast<char*>(out) + off * esz;
+        char* scratch = staging(me) + me * region;
+        algorithms::reduce(dtype, op, stream ? scratch : dst, srcs.data(), scales.data(), n, m, n);
+        if (stream) algorithms::stream_bytes(dst, scratch, m * esz);
         return Status{};
       });
 }
