@@ -166,7 +166,8 @@ def test_init_device_mesh_fsdp2_tensor_and_sequence_parallel_equal_single_device
     for r in range(2):
         for what in ("fsdp2", "fsdp2 mixed precision", "tensor parallel", "sequence parallel",
                      "compiled functional collectives", "compiled and eager collectives in order",
-                     "compiled mismatch", "compiled tensor parallel", "compiled timeout"):
+                     "compiled mismatch", "compiled tensor parallel", "compiled timeout",
+                     "llama-style sequence parallel"):
             assert f"rank {r}: {what} OK" in out, out[-8000:]
 
 
@@ -185,6 +186,7 @@ def test_two_dimensional_fsdp2_by_tensor_parallel_equals_single_device():
     assert code == 0, out[-8000:]
     for r in range(4):
         assert f"rank {r}: 2-D OK" in out, out[-8000:]
+        assert f"rank {r}: llama-style 2-D OK" in out, out[-8000:]
 
 
 

@@ -1,5 +1,6 @@
 """FSDP2 (fully_shard), DTensor tensor parallelism (ColwiseParallel / RowwiseParallel) and
-sequence parallelism on neuron: parameters after a few optimizer steps equal a
+sequence parallelism on neuron (on MLP blocks, and tensor + sequence parallelism on a
+Llama-style decoder, llama_style.py): parameters after a few optimizer steps equal a
 single-device run on the same global batch. The group comes from
 init_device_mesh("neuron", ...). Then collectives in torch.compile'd graphs
 (compiled.py), in the same launch."""
@@ -143,6 +144,8 @@ def main():
                      msg=lambda m: f"tensor parallel {name}: {m}")
     print(f"rank {rank}: tensor parallel OK", flush=True)
     sequence_parallel(rank, world, mesh, dev)
+    import llama_style
+    llama_style.sequence_parallel(rank, mesh, dev)
 
     # The same launch runs the collectives of compiled graphs (compiled.py).
     import compiled

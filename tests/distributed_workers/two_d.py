@@ -1,5 +1,6 @@
 """2-D parallelism on a (2, 2) mesh: tensor parallelism (ColwiseParallel / RowwiseParallel)
-along "tp", FSDP2 along "dp"; parameters after a few Adam steps equal one device."""
+along "tp", FSDP2 along "dp", on an MLP and (with sequence parallelism) on a Llama-style
+decoder (llama_style.py); parameters after a few optimizer steps equal one device."""
 import os
 
 import torch
@@ -40,6 +41,8 @@ def main():
         assert_close(p.full_tensor().detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5,
                      msg=lambda m: f"2-D {name}: {m}")
     print(f"rank {rank}: 2-D OK", flush=True)
+    import llama_style
+    llama_style.two_dimensional(rank, mesh, dev)
     dist.destroy_process_group()
 
 
