@@ -173,3 +173,23 @@ def two_dimensional(rank, mesh, dev):
     train(model, data, lambda t: t[2 * dp:2 * (dp + 1)], dev)
     assert_equal_to(model, ref, "llama-style 2-D")
     print(f"rank {rank}: llama-style 2-D OK", flush=True)
+
+
+def compiled_sequence_parallel(rank, tp_mesh, dev):
+    """The tensor + sequence parallel model under torch.compile(backend="neuron"): the
+    forward and backward graphs run as programs with their collectives inside (the
+    all-gathers along the sequence are split and concatenated views of the collective's
+    result), and training equals one device."""
+    import torchneuron
+    data = batches(2)
+    ref = single_device(data)
+    model = parallelize(make().to(dev), tp_mesh)
+    torchneuron.reset_compile_metrics()
+    train(torch.compile(model, backend="neuron"), data, lambda t: t, dev)
+    assert_equal_to(model, ref, "compiled llama-style sequence parallel")
+    records = torchneuron.compile_metrics()
+    progs = [p for r in records for p in r["programs"].values()]
+    assert progs and all(p["executor"] == "compiler" for p in progs), \
+        f"every graph a program: {[(p['executor'], p['reason']) for p in progs]}"
+    assert all(p["collectives"] >= 1 for p in progs), f"collectives inside the programs: {progs}"
+    print(f"rank {rank}: compiled llama-style sequence parallel OK", flush=True)

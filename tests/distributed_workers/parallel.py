@@ -146,6 +146,7 @@ def main():
     sequence_parallel(rank, world, mesh, dev)
     import llama_style
     llama_style.sequence_parallel(rank, mesh, dev)
+    llama_style.compiled_sequence_parallel(rank, mesh, dev)
 
     # The same launch runs the collectives of compiled graphs (compiled.py).
     import compiled

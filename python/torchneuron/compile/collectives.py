@@ -92,6 +92,11 @@ def for_program(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     graph.output(results)
     for node in list(graph.nodes):
         if _functional(node) == "wait_tensor":
+            # The wait's result is the collective's: its readers' views (a split of
+            # an all-gathered tensor) name the wait's fake storage, so the collective
+            # takes that value as its own.
+            if "val" in node.meta:
+                node.args[0].meta["val"] = node.meta["val"]
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
     return torch.fx.GraphModule(gm, graph)
