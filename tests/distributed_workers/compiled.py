@@ -1,5 +1,5 @@
 """Collectives in graphs compiled with torch.compile(backend="neuron") (run inside
-parallel.py's launch): functional all_reduce / all_gather / reduce_scatter run as
+parallel.py's launch): functional all_reduce / all_gather / reduce_scatter (also coalesced) run as
 steps of the compiled program, equal to eager and to CPU references, in issue order
 with eager collectives; mismatched calls and a missing rank give errors, not hangs;
 a tensor-parallel MLP compiled trains as the eager one."""
@@ -37,7 +37,11 @@ def collectives_fn(group, world, rank):
         r = fc.reduce_scatter_single(g * y.repeat(world), "sum", 0, group)
         t = fc.all_to_all_single(z * 3, splits(rank, world), splits(rank, world), group)
         b = fc.broadcast(y - 1, world - 1, group)
-        return s, a, m, g, r.relu(), t, b
+        # Coalesced: one collective per tensor of the list, in list order.
+        cs, cm = fc.all_reduce_coalesced([x + 1, y], "sum", group)
+        cg = fc.all_gather_into_tensor_coalesced([x, y * 2], group)
+        cr = fc.reduce_scatter_tensor_coalesced([x.repeat(world), y.repeat(world)], "sum", [0, 0], group)
+        return s, a, m, g, r.relu(), t, b, cs, cm, cg[0], cg[1], cr[0], cr[1]
     return f
 
 
@@ -47,7 +51,9 @@ def reference(rank, world, seed):
     g = (s + 1).repeat(world)
     r = sum(g * y.repeat(world) for y in ys).chunk(world)[rank]
     t = torch.cat([(3 * zs[j]).split(splits(j, world))[rank] for j in range(world)])
-    return s, sum(ys) / world, torch.stack(xs).amax(0), g, r.relu(), t, ys[-1] - 1
+    return (s, sum(ys) / world, torch.stack(xs).amax(0), g, r.relu(), t, ys[-1] - 1,
+            sum(x + 1 for x in xs), sum(ys), torch.cat(xs), torch.cat([2 * y for y in ys]),
+            sum(xs), sum(ys))
 
 
 def programs(records):
@@ -63,9 +69,12 @@ def functional_collectives(rank, world, dev):
         inputs = [t.to(dev) for t in rank_inputs(rank, seed, world)]
         got = [t.cpu() for t in compiled(*inputs)]
         eager = [t.cpu() for t in f(*inputs)]
-        check(len(got) == 7, f"seven results, got {len(got)}")
+        check(len(got) == 13, f"thirteen results, got {len(got)}")
         for what, c, e, ref in zip(("all_reduce sum", "all_reduce avg", "all_reduce max", "all_gather",
-                                    "reduce_scatter", "all_to_all", "broadcast"), got, eager,
+                                    "reduce_scatter", "all_to_all", "broadcast", "all_reduce_coalesced 0",
+                                    "all_reduce_coalesced 1", "all_gather_coalesced 0",
+                                    "all_gather_coalesced 1", "reduce_scatter_coalesced 0",
+                                    "reduce_scatter_coalesced 1"), got, eager,
                                    reference(rank, world, seed)):
             check(torch.equal(c, e), f"compiled {what} equals eager: {c} vs {e}")
             assert_close(c, ref, msg=lambda m: f"compiled {what} vs CPU: {m}")
@@ -73,8 +82,8 @@ def functional_collectives(rank, world, dev):
     check(len(records) == 1, f"one compilation for two calls, got {len(records)}")
     print(f"rank {rank}: compiled functional collectives: {records[0]['programs']}", flush=True)
     progs = programs(records)
-    check([p["executor"] for p in progs] == ["compiler"] and progs[0]["collectives"] == 7,
-          f"the seven collectives ran in the program: {progs}")
+    check([p["executor"] for p in progs] == ["compiler"] and progs[0]["collectives"] == 13,
+          f"the thirteen collectives ran in the program: {progs}")
     print(f"rank {rank}: compiled functional collectives OK", flush=True)
 
     # Program and eager collectives in one order: rank 0 runs the all_reduce in a

@@ -11,10 +11,13 @@ other collectives, and the program's task runs it when it gets there. A step
 is finished when the program goes on, so `wait_tensor` has nothing to wait for:
 the program reads the collective's result directly.
 
-Other functional collectives (the coalesced forms, which return lists) and
-groups without a neuron backend make the graph run eagerly, with the reason in
+The coalesced forms (a list in, a list out) become one collective per tensor,
+in list order, as ProcessGroupNeuron runs an eager coalesced call. Groups without
+a neuron backend make the graph run eagerly, with the reason in
 compile_metrics(): there the ops run as eager collectives with their waits.
 """
+import operator
+
 import torch
 import torch.fx
 
@@ -33,6 +36,10 @@ NAMESPACE = "_c10d_functional"
 IN_PROGRAM = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast")
 _GROUP_ARG = {"all_reduce": 2, "all_gather_into_tensor": 2, "reduce_scatter_tensor": 3, "all_to_all_single": 3,
               "broadcast": 2}
+# Coalesced op -> the op it runs per tensor (the same arguments after the list).
+_COALESCED = {"all_reduce_coalesced": "all_reduce",
+              "all_gather_into_tensor_coalesced": "all_gather_into_tensor",
+              "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor"}
 
 
 def _unsupported(why):
@@ -61,15 +68,45 @@ def _neuron_group(name: str) -> bool:
     return isinstance(backend, _C._init_distributed().ProcessGroupNeuron)
 
 
+def _split_coalesced(graph: torch.fx.Graph) -> None:
+    """Each coalesced collective becomes one collective per tensor of its list, in
+    list order; readers of its results (getitem) read those."""
+    for node in list(graph.nodes):
+        name = _functional(node)
+        if name not in _COALESCED:
+            continue
+        if node.kwargs or any(u.target is not operator.getitem for u in node.users):
+            raise _unsupported(f"node {node.name}: {node.target} with keyword arguments or its "
+                               f"list of results read whole")
+        single = getattr(torch.ops._c10d_functional, _COALESCED[name]).default
+        vals = node.meta.get("val")
+        parts = []
+        with graph.inserting_before(node):
+            for i, t in enumerate(node.args[0]):
+                part = graph.call_function(single, (t, *node.args[1:]))
+                if vals is not None:
+                    part.meta["val"] = vals[i]
+                parts.append(part)
+        for user in list(node.users):
+            user.replace_all_uses_with(parts[user.args[1]])
+            graph.erase_node(user)
+        graph.erase_node(node)
+
+
 def for_program(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """`gm` as the compiler takes it: without `wait_tensor` nodes when it has
-    functional collectives (a copy; `gm` itself keeps them for the eager path).
-    Raises serialize.Unsupported, naming the node, for collectives that cannot
-    run inside a program."""
-    ops = [(n, _functional(n)) for n in gm.graph.nodes]
-    ops = [(n, name) for n, name in ops if name is not None]
-    if not ops:
+    """`gm` as the compiler takes it: without `wait_tensor` nodes and coalesced
+    collectives when it has functional collectives (a copy; `gm` itself keeps them
+    for the eager path). Raises serialize.Unsupported, naming the node, for
+    collectives that cannot run inside a program."""
+    if not any(_functional(n) is not None for n in gm.graph.nodes):
         return gm
+    graph = torch.fx.Graph()
+    env: dict = {}
+    results, _ = graph.graph_copy(gm.graph, env, return_output_node=True)
+    graph.output(results)
+    _split_coalesced(graph)
+    ops = [(n, _functional(n)) for n in graph.nodes]
+    ops = [(n, name) for n, name in ops if name is not None]
     for node, name in ops:
         if name == "wait_tensor":
             # A wait for a collective issued outside the graph (an AsyncCollectiveTensor
@@ -86,10 +123,6 @@ def for_program(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if not _neuron_group(group):
             raise _unsupported(f"node {node.name}: group {group!r} of {node.target} has no neuron backend "
                               f"(ProcessGroupNeuron)")
-    graph = torch.fx.Graph()
-    env: dict = {}
-    results, _ = graph.graph_copy(gm.graph, env, return_output_node=True)
-    graph.output(results)
     for node in list(graph.nodes):
         if _functional(node) == "wait_tensor":
             # The wait's result is the collective's: its readers' views (a split of
