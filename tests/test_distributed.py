@@ -167,7 +167,8 @@ def test_init_device_mesh_fsdp2_tensor_and_sequence_parallel_equal_single_device
         for what in ("fsdp2", "fsdp2 mixed precision", "tensor parallel", "sequence parallel",
                      "compiled functional collectives", "compiled and eager collectives in order",
                      "compiled mismatch", "compiled tensor parallel", "compiled timeout",
-                     "llama-style sequence parallel", "compiled llama-style sequence parallel"):
+                     "llama-style sequence parallel", "compiled llama-style sequence parallel",
+                     "compiled llama-style fsdp2"):
             assert f"rank {r}: {what} OK" in out, out[-8000:]
 
 

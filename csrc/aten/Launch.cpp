@@ -29,6 +29,14 @@ at::Tensor cpu_alias(const at::Tensor& t, bool resizable) {
   return tensor_like(c10::Storage(std::move(storage)), c10::DispatchKey::CPU, t);
 }
 
+c10::Storage launch_alias(const c10::Storage& s) {
+  c10::StorageImpl* st = s.unsafeGetStorageImpl();
+  c10::raw::intrusive_ptr::incref(st);
+  c10::DataPtr dp(const_cast<void*>(st->data()), st, &release_storage, st->device());
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), st->nbytes(), std::move(dp), nullptr, false));
+}
+
 void launch(c10::DeviceIndex device, const char* op_name, std::function<void()> fn) {
   yield_host_threads_to_device();
   NEURON_TRY { neuronrt::launch(current_stream_handle(device), op_name, std::move(fn)); }

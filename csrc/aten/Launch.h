@@ -17,6 +17,14 @@ namespace torchneuron {
 // must then copy the result back.
 at::Tensor cpu_alias(const at::Tensor& t, bool resizable = false);
 
+// The device memory `s` holds now, as a neuron storage of its own (it keeps
+// `s` alive, not its memory). Queued work reads what the storage held at
+// launch, as cpu_alias gives eager ops, even if the host resizes the storage
+// meanwhile: FSDP2 frees unsharded parameters with resize_(0) as soon as a
+// forward is queued. The freed memory goes back to the caching allocator,
+// whose reuse by the same stream comes after the queued work.
+c10::Storage launch_alias(const c10::Storage& s);
+
 // Enqueues `fn` on the current stream of `device`. op_name must outlive the
 // work (a literal or an operator's schema name). A failure inside fn is
 // reported at the next launch or synchronization on that stream.

@@ -112,7 +112,8 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
   const c10::DeviceIndex device = inputs.empty() ? 0 : inputs[0].device().index();
   auto storages = std::make_shared<ProgramStorages>();
   for (const at::Tensor& t : inputs) {
-    storages->inputs.push_back(t.storage());
+    // The memory at launch: the host may resize the storage before the task runs.
+    storages->inputs.push_back(launch_alias(t.storage()));
     storages->input_offsets.push_back(t.storage_offset());
   }
   for (int64_t bytes : p.output_storage_bytes) storages->outputs.push_back(device_storage(device, static_cast<size_t>(bytes)));

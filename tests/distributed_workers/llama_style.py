@@ -193,3 +193,26 @@ def compiled_sequence_parallel(rank, tp_mesh, dev):
         f"every graph a program: {[(p['executor'], p['reason']) for p in progs]}"
     assert all(p["collectives"] >= 1 for p in progs), f"collectives inside the programs: {progs}"
     print(f"rank {rank}: compiled llama-style sequence parallel OK", flush=True)
+
+
+def compiled_fsdp2(rank, mesh, dev):
+    """FSDP2 (fully_shard per layer and at the root) of the model under
+    torch.compile(backend="neuron"): FSDP's hooks run eagerly around the programs and
+    free each unsharded parameter (resize_(0)) while the program reading it is still
+    queued; training equals one device."""
+    import torchneuron
+    from torch.distributed.fsdp import fully_shard
+    world = mesh.size()
+    data = batches(2 * world)
+    ref = single_device(data)
+    model = make().to(dev)
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    torchneuron.reset_compile_metrics()
+    train(torch.compile(model, backend="neuron"), data, lambda t: t[2 * rank:2 * (rank + 1)], dev)
+    assert_equal_to(model, ref, "compiled llama-style fsdp2")
+    progs = [p for r in torchneuron.compile_metrics() for p in r["programs"].values()]
+    assert progs and all(p["executor"] == "compiler" for p in progs), \
+        f"every graph a program: {[(p['executor'], p['reason']) for p in progs]}"
+    print(f"rank {rank}: compiled llama-style fsdp2 OK", flush=True)

@@ -147,6 +147,7 @@ def main():
     import llama_style
     llama_style.sequence_parallel(rank, mesh, dev)
     llama_style.compiled_sequence_parallel(rank, mesh, dev)
+    llama_style.compiled_fsdp2(rank, mesh, dev)
 
     # The same launch runs the collectives of compiled graphs (compiled.py).
     import compiled
