@@ -235,3 +235,20 @@ def in_fresh_process(request, start_python):
 
     run.start = start
     return run
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """For compile tests (`pytestmark = pytest.mark.usefixtures("fresh_dynamo")`):
+    each test starts without Dynamo's caches of earlier tests (their guards would
+    count as recompilations), with no compile records and no programs in memory."""
+    import torch._dynamo
+
+    import torchneuron
+    from torchneuron.compile.executor import clear_programs
+
+    torch._dynamo.reset()
+    torchneuron.reset_compile_metrics()
+    clear_programs()
+    yield
+    torch._dynamo.reset()

@@ -20,21 +20,12 @@ import torch._dynamo
 
 import torchneuron
 from torchneuron.compile.backend import NeuronCompileError
-from torchneuron.compile.executor import clear_programs
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    """Each test starts without Dynamo's caches of earlier tests (their guards would
-    count as recompilations here) and with no compile records."""
-    torch._dynamo.reset()
-    torchneuron.reset_compile_metrics()
-    clear_programs()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def records():
@@ -497,92 +488,6 @@ def test_an_error_inside_a_graph_names_the_graph_and_node(fresh_processes):
     assert re.search(r"in compiled program step \d+ \(extern call aten::embedding.default\)", notes), notes
     assert re.search(r"in compiled graph \d+ \(inference\)", notes), notes
     assert shape == "torch.Size([2, 3])"  # the process keeps working
-
-
-def test_constant_subgraphs_are_folded_once():
-    """What depends on no input (a causal mask made from aranges, as Transformers
-    builds one) is computed at compile time and read by the program as a constant."""
-    def fn(x):
-        pos = torch.arange(x.shape[-1], device=x.device)
-        mask = (pos[None, :] <= pos[:, None]) & (pos[:, None] - pos[None, :] < 3)
-        return torch.where(mask, x, 0.0) * 2
-
-    x = torch.randn(6, 6)
-    got = torch.compile(fn, backend="neuron", fullgraph=True)(x.to("neuron"))
-    torch.testing.assert_close(got.cpu(), fn(x))
-    program = records()[-1]["programs"]["inference"]
-    assert program["executor"] == "compiler"
-    assert program["constant_folded"] >= 5
-    assert not any(op.startswith(("aten::arange", "aten::le", "aten::lt", "aten::bitwise_and"))
-                   for op in program["extern_ops"]), program["extern_ops"]
-
-
-def test_folded_constants_are_not_shared_through_the_program_cache():
-    """Two graphs that differ only in a folded constant have the same program text
-    (the cache key); each call still reads its own constant."""
-    def one(x):
-        return x + torch.arange(4, device=x.device) * 1.0
-
-    def two(x):
-        return x + torch.arange(4, device=x.device) * 2.0
-
-    x = torch.zeros(4)
-    a = torch.compile(one, backend="neuron", fullgraph=True)(x.to("neuron")).cpu()
-    b = torch.compile(two, backend="neuron", fullgraph=True)(x.to("neuron")).cpu()
-    torch.testing.assert_close(a, one(x))
-    torch.testing.assert_close(b, two(x))
-    assert [r["programs"]["inference"]["cache"] for r in records()] == ["miss", "memory"]
-
-
-def test_random_ops_are_never_folded():
-    """Dropout of a constant depends on no input, and draws anew every call."""
-    def fn(x):
-        return x + torch.nn.functional.dropout(torch.ones(64, device=x.device), 0.5, training=True)
-
-    compiled = torch.compile(fn, backend="neuron", fullgraph=True)
-    x = torch.zeros(64, device="neuron")
-    first, second = compiled(x).cpu(), compiled(x).cpu()
-    assert not torch.equal(first, second)
-    program = records()[-1]["programs"]["inference"]
-    assert program["executor"] == "compiler" and program["constant_folded"] == 0
-
-
-@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
-def test_integer_arithmetic_in_a_program_is_exact(dtype):
-    """Integer add/sub and integer input updates (a KV cache's position and fill
-    level) run exactly, beyond float32's 24 bits, with broadcasting and wrap-around."""
-    info = torch.iinfo(dtype)
-    x = torch.tensor([[0, 1, -7], [info.max, (1 << 24) + 1, info.min]], dtype=dtype)
-    length = torch.tensor((1 << 24) + 3 if dtype == torch.int32 else (1 << 53) + 1, dtype=dtype)
-
-    def fn(x, length):
-        pos = x + length * 3 - 1
-        length.add_(1)
-        return pos, x.clone()
-
-    neuron_length = length.to("neuron")
-    pos, clone = torch.compile(fn, backend="neuron", fullgraph=True)(x.to("neuron"), neuron_length)
-    want_length = length.clone()
-    want_pos, want_clone = fn(x, want_length)
-    assert torch.equal(pos.cpu(), want_pos) and torch.equal(clone.cpu(), want_clone)
-    assert torch.equal(neuron_length.cpu(), want_length)
-    program = records()[-1]["programs"]["inference"]
-    assert program["executor"] == "compiler"
-    assert not any(op.startswith(("aten::add", "aten::sub", "aten::copy_")) for op in program["extern_ops"]), \
-        program["extern_ops"]
-
-
-@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32])
-def test_histc_in_a_program_equals_eager(dtype):
-    """Transformers' mixture-of-experts layers count tokens per expert with an
-    integer histc off CPU; a program runs it as the device's eager op does."""
-    x = torch.randint(-1, 9, (200,), generator=torch.Generator().manual_seed(3)).to(dtype)
-    fn = lambda t: torch.histc(t, bins=8, min=0, max=7)  # noqa: E731
-    got = torch.compile(fn, backend="neuron", fullgraph=True)(x.to("neuron"))
-    assert records()[-1]["programs"]["inference"]["executor"] == "compiler"
-    want = torch.histc(x.double(), bins=8, min=0, max=7).to(dtype)  # CPU's kernel takes floating types only
-    assert got.dtype == dtype
-    torch.testing.assert_close(got.cpu(), want)
 
 
 def test_cpu_tensor_into_a_compiled_neuron_module():

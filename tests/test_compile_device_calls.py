@@ -14,12 +14,7 @@ import torch._dynamo
 import torchneuron
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    torchneuron.reset_compile_metrics()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def test_process_constants_fold_into_one_graph():

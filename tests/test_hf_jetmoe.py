@@ -16,7 +16,6 @@ import torch
 import torch._dynamo
 
 import torchneuron
-from torchneuron.compile.executor import clear_programs
 from torchneuron.hf_integration import _transformers_models
 
 pytest.importorskip("transformers", reason="the Hugging Face packages of requirements.txt are not installed")
@@ -31,14 +30,7 @@ CONFIG = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    """No Dynamo caches or compile records of earlier tests."""
-    torch._dynamo.reset()
-    torchneuron.reset_compile_metrics()
-    clear_programs()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def tiny_model():

@@ -19,6 +19,10 @@ plain fill (`full`, `zeros`, `ones`, `scalar_tensor`), which a fused group
 computes from an immediate, and one above `MAX_BYTES`, which would be held
 for the graph's lifetime.
 
+A constant whose evaluation raises (an out-of-range index into an arange) is
+left unfolded, with what depends on it: the program reports the error when it
+runs, as for any other op that fails.
+
 The program's cache key is its text, which names a folded constant by shape
 and dtype only; the values are recomputed here on every compilation (a cache
 hit included), from the graph they came from.
@@ -100,12 +104,24 @@ def fold(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, int]:
             if n not in needed:
                 needed.add(n)
                 stack.extend(n.all_input_nodes)
+        failed = set()
         for node in constant:  # graph order: inputs first
-            if node in needed:
-                args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: values[a])
+            if node not in needed:
+                continue
+            if any(a in failed for a in node.all_input_nodes):
+                failed.add(node)
+                continue
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: values[a])
+            try:
                 values[node] = node.target(*args, **kwargs)
+            except Exception:
+                # Left to the program: its step raises the op's eager error, naming
+                # the graph and step, when (and only if) it runs.
+                failed.add(node)
         folded_values = {}
         for node in frontier:
+            if node in failed:
+                continue
             val, real = node.meta["val"], values[node]
             # The program expects the layout the graph was traced with; one
             # that overlaps itself (an expand) cannot be written: left unfolded.
