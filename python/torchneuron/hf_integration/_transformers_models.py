@@ -88,11 +88,11 @@
 """
 import functools
 import types
-import warnings
 
 import torch
 
 from ._common import PATCHED_ATTR as _PATCHED_ATTR
+from ._common import classes_to_adapt
 
 
 _NEURON_MARK = "[neuron]"  # every message of the backend carries it (csrc/runtime/NeuronException.cpp)
@@ -192,16 +192,11 @@ def _target_device(args, kwargs):
 
 
 def _patch_pretrained_model(module):
-    cls = getattr(module, "PreTrainedModel", None)
-    if cls is None:
-        warnings.warn(
-            f"torchneuron: {module.__name__}.PreTrainedModel not found; errors on the neuron device will not "
-            "name the architecture with this version.",
-            stacklevel=2,
-        )
+    found = classes_to_adapt(module, ("PreTrainedModel",),
+                             "errors on the neuron device will not name the architecture")
+    if found is None:
         return
-    if cls.__dict__.get(_PATCHED_ATTR, False):
-        return
+    (cls,) = found
     original_to = cls.to
 
     @functools.wraps(original_to)
@@ -339,17 +334,11 @@ def _jetmoe_experts_static(self, inputs, expert_size):
 
 
 def _patch_jetmoe(module):
-    gating = getattr(module, "JetMoeTopKGating", None)
-    experts = getattr(module, "JetMoeParallelExperts", None)
-    if gating is None or experts is None:
-        warnings.warn(
-            f"torchneuron: {module.__name__}.JetMoeTopKGating or JetMoeParallelExperts not found; compiled "
-            "JetMoe models may recompile when the routing changes with this version.",
-            stacklevel=2,
-        )
+    found = classes_to_adapt(module, ("JetMoeTopKGating", "JetMoeParallelExperts"),
+                             "compiled JetMoe models may recompile when the routing changes")
+    if found is None:
         return
-    if gating.__dict__.get(_PATCHED_ATTR, False):
-        return
+    gating, experts = found
     original_gating = gating.forward
     original_experts = experts.forward
 

@@ -31,11 +31,10 @@
 import contextlib
 import functools
 import os
-import warnings
 
 import torch
 
-from ._common import PATCHED_ATTR, neuron_is_accelerator
+from ._common import PATCHED_ATTR, classes_to_adapt, neuron_is_accelerator
 
 _NEURON_KEY = "neuron"
 
@@ -69,16 +68,11 @@ def _load_states(module, path):
 
 
 def _patch_trainer(module):
-    cls = getattr(module, "Trainer", None)
-    if cls is None or not hasattr(cls, "_save_rng_state") or not hasattr(cls, "_load_rng_state"):
-        warnings.warn(
-            f"torchneuron: {module.__name__}.Trainer._save_rng_state/_load_rng_state not found; Trainer "
-            "checkpoints will not hold the neuron generators with this version.",
-            stacklevel=2,
-        )
+    found = classes_to_adapt(module, ("Trainer",), "Trainer checkpoints will not hold the neuron generators",
+                             members=("_save_rng_state", "_load_rng_state"))
+    if found is None:
         return
-    if cls.__dict__.get(PATCHED_ATTR, False):
-        return
+    (cls,) = found
     original_save, original_load = cls._save_rng_state, cls._load_rng_state
 
     @functools.wraps(original_save)

@@ -15,9 +15,8 @@
    backend "neuron" compiles static shapes). An explicit value is kept.
 """
 import functools
-import warnings
 
-from ._common import PATCHED_ATTR, neuron_is_accelerator
+from ._common import PATCHED_ATTR, classes_to_adapt, neuron_is_accelerator
 
 # module -> the config class it defines
 _CONFIGS = {
@@ -33,13 +32,11 @@ _CONFIGS = {
 
 def _patch_config(module):
     name = _CONFIGS[module.__name__]
-    cls = getattr(module, name, None)
-    if cls is None or "__post_init__" not in cls.__dict__:
-        warnings.warn(f"torchneuron: {module.__name__}.{name}.__post_init__ not found; its pad_to_multiple_of "
-                      "default may pad every batch to 128 tokens on neuron with this version.", stacklevel=2)
+    found = classes_to_adapt(module, (name,), "its pad_to_multiple_of default may pad every batch to 128 "
+                             "tokens on neuron", members=("__post_init__",))
+    if found is None:
         return
-    if cls.__dict__.get(PATCHED_ATTR, False):
-        return
+    (cls,) = found
     original = cls.__post_init__
 
     @functools.wraps(original)
