@@ -638,6 +638,18 @@ def test_hf_llama_training_step_equals_eager(tmp_path):
         assert kept in forward, f"{kept} should stay whole in the AOT graph"
 
 
+def test_hf_get_compiled_call_passes_an_uncompiled_call_through():
+    """Transformers' get_compiled_call returns the plain forward for llama4 models on
+    every device (transformers 5.23); the sliding-window adaptation (7) must hand that
+    call back as it is, not wrap it as a compiled one."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Llama4TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                           intermediate_size_mlp=64, num_hidden_layers=2, num_attention_heads=4,
+                                           num_key_value_heads=2, head_dim=8)
+    model = transformers.Llama4ForCausalLM(config).to("neuron")
+    assert model.get_compiled_call(None) == model.__call__
+
+
 def test_hf_architectures_compile_as_frames_of_their_own():
     """Dynamo counts recompilations per code object, up to 8. Each architecture's compiled
     forward is a frame of its own (its outermost frame is torchneuron's error-naming

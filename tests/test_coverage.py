@@ -146,6 +146,18 @@ def test_compiled_generate_fails_without_compilation_or_with_a_second_call_recom
     again = dict(ok, second_call_compilations=1, second_call_recompile_reasons=["0/1: size mismatch"])
     with pytest.raises(AssertionError, match="second generate\\(\\) .* compiled 1 more graph\\(s\\): 0/1: size mismatch"):
         compare_compiled_generate(again)(tokens, tokens)
+    # Transformers itself compiled nothing: a cache it cannot compile (mpt ignores the
+    # static one), or get_compiled_call giving the plain forward (llama4): not applicable.
+    from torchneuron.coverage.common import NotApplicable
+    with pytest.raises(NotApplicable, match="decoded with no cache, not a compileable cache"):
+        compare_compiled_generate(dict(auto_compile_cache=None, auto_compile_cache_compileable=False))(tokens, tokens)
+    with pytest.raises(NotApplicable, match="get_compiled_call returns the uncompiled forward"):
+        compare_compiled_generate(dict(auto_compile_cache="StaticCache", auto_compile_cache_compileable=True,
+                                       auto_compile_uncompiled_call=True))(tokens, tokens)
+    with pytest.raises(AssertionError, match="decoded with a StaticCache and _valid_auto_compile_criteria returned "
+                                             "False"):
+        compare_compiled_generate(dict(auto_compile_cache="StaticCache", auto_compile_cache_compileable=True,
+                                       auto_compile_decided=False))(tokens, tokens)
 
 
 def test_one_failing_architecture_does_not_stop_the_run(tmp_path):

@@ -11,7 +11,7 @@ import inspect
 
 import torch
 
-from .common import compare_logits, compare_tokens, make_inputs
+from .common import NotApplicable, compare_logits, compare_tokens, make_inputs
 from .generation_stages import stage_generate
 from .model_stages import stage_forward
 
@@ -87,6 +87,7 @@ def stage_compiled_generate(model, prompts, counts):
     fresh_compile_state()
     device = model.device
     out = []
+    _record_auto_compile_cache(model, counts)
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         for i, (ids, mask) in enumerate(prompts):
             try:
@@ -111,14 +112,54 @@ def stage_compiled_generate(model, prompts, counts):
     return out
 
 
+def _record_auto_compile_cache(model, counts):
+    """Notes in `counts` the cache generate() decoded with, when Transformers decides
+    whether to auto-compile (`_valid_auto_compile_criteria`), and whether its
+    `get_compiled_call` returned a compiled call: a model for which it ignores
+    `cache_implementation="static"`, or never compiles, has nothing to compile on any
+    device."""
+    decide = type(model)._valid_auto_compile_criteria
+
+    def criteria(self, model_kwargs, generation_config):
+        cache = model_kwargs.get("past_key_values", model_kwargs.get("cache_params"))
+        counts["auto_compile_cache"] = type(cache).__name__ if cache is not None else None
+        counts["auto_compile_cache_compileable"] = bool(getattr(cache, "is_compileable", False))
+        counts["auto_compile_decided"] = decide(self, model_kwargs, generation_config)
+        return counts["auto_compile_decided"]
+
+    model._valid_auto_compile_criteria = criteria.__get__(model)
+    compiled_call = type(model).get_compiled_call
+
+    def get_compiled_call(self, compile_config):
+        call = compiled_call(self, compile_config)
+        # Transformers returns the plain call for some models on every device (llama4).
+        counts["auto_compile_uncompiled_call"] = call == self.__call__
+        return call
+
+    model.get_compiled_call = get_compiled_call.__get__(model)
+
+
 def compare_compiled_generate(counts):
     """The decode step was compiled in the first call, tokens equal CPU's for both
-    prompts, and the second call compiled nothing."""
+    prompts, and the second call compiled nothing. Not applicable when Transformers
+    decoded without a compileable cache although the static one was asked for, or
+    its get_compiled_call gave the uncompiled forward."""
     def compare(ref, got):
+        if not counts.get("compilations") and "auto_compile_cache" in counts \
+                and not counts["auto_compile_cache_compileable"]:
+            raise NotApplicable(
+                f"Transformers decoded with {counts['auto_compile_cache'] or 'no cache'}, not a compileable "
+                f'cache, although cache_implementation="static" was asked for: nothing to auto-compile')
+        if not counts.get("compilations") and counts.get("auto_compile_uncompiled_call"):
+            raise NotApplicable("Transformers' get_compiled_call returns the uncompiled forward for this model "
+                                "on every device: nothing to auto-compile")
         if not counts.get("compilations"):
             backend = counts.get("compile_backend")
             why = (f"get_compiled_call used backend {backend!r}" if backend else
                    "Transformers did not call get_compiled_call")
+            if counts.get("auto_compile_cache"):
+                why += (f"; it decoded with a {counts['auto_compile_cache']} and _valid_auto_compile_criteria "
+                        f"returned {counts.get('auto_compile_decided')}")
             raise AssertionError(f"generate() did not auto-compile: compile_metrics() is empty ({why})")
         for i, (r, g) in enumerate(zip(ref, got)):
             try:

@@ -127,7 +127,9 @@ def write_markdown(records, meta, out_dir):
         "shorter than the sliding window: Transformers auto-compiles the decode step with backend "
         "`\"neuron\"`; it fails if `torchneuron.compile_metrics()` stays empty, if tokens differ from CPU's "
         "eager tokens, or if the second call, with another prompt of the same length, compiles anything; "
-        "not applicable where there is no static cache or the model's forward takes no cache at all). "
+        "not applicable where there is no static cache, the model's forward takes no cache at all, or "
+        "Transformers itself compiles nothing: it decodes without a compileable cache, or its "
+        "`get_compiled_call` gives the plain forward). "
         "The compiles column counts `compile_metrics()` records: compiled_forward's, then the first "
         "generate()'s with its recompilations (records with a `recompile_reason`) in parentheses, then the "
         "second generate()'s.",

@@ -256,7 +256,8 @@ def _patch_pretrained_model(module):
         @functools.wraps(original_get_compiled_call)
         def get_compiled_call(self, *args, **kwargs):
             compiled = original_get_compiled_call(self, *args, **kwargs)
-            if compiled is self.__call__ or not _on_neuron(self):
+            # == : each access to self.__call__ makes a new bound method.
+            if compiled == self.__call__ or not _on_neuron(self):
                 return compiled
             return _with_runtime_cache_lengths(compiled)
 
