@@ -235,7 +235,14 @@ std::shared_ptr<CollectiveTurns> ProgramCollectives::reserve(const nc::Program& 
         {
           std::unique_lock<std::mutex> lock(turn->mu);
           const bool reached = turn->cv.wait_for(lock, timeout, [&] { return turn->state != State::kQueued; });
-          if (turn->state == State::kCancelled) return;
+          if (turn->state == State::kCancelled) {
+            // The peers are (or will be) in this collective: tell them now rather
+            // than leave them to their timeout.
+            const std::string message = "its compiled program did not reach its " + turn->what;
+            lock.unlock();
+            (void)g.fail(message);
+            return;
+          }
           if (!reached) {
             turn->error = std::make_exception_ptr(c10::DistBackendError(
                 {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},

@@ -42,6 +42,11 @@ Communicator::Communicator(const c10::intrusive_ptr<c10d::Store>& store, HostTop
 
 Communicator::~Communicator() = default;
 
+Status Communicator::fail(const std::string& message) {
+  if (local_->size() < 2) return {};
+  return local_->fail(message);
+}
+
 void Communicator::abort() {
   local_->abort();
   if (inter_) inter_->abort();

@@ -62,6 +62,12 @@ class Communicator {
   };
   Status p2p_batch(std::span<const P2P> ops);
 
+  // Takes part in the peers' current collective only to fail it with
+  // `message` (neuroncoll's Group::fail): a rank that cannot run its part
+  // tells the ranks waiting for it at once. Between hosts only this host's
+  // ranks are told; the others end at the group's timeout.
+  Status fail(const std::string& message);
+
   // From any thread: the collective running (if any) and every later call
   // fail with kAborted; waits in shared memory and gloo's point-to-point
   // waits notice at once, a gloo collective between hosts at its timeout.

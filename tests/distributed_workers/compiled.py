@@ -125,19 +125,24 @@ def functional_collectives(rank, world, dev):
 
 def missing_rank(rank, world, dev):
     """A compiled collective whose peer never comes ends at the group's timeout; a
-    program that fails before its collective cancels its turn on the group's queue."""
+    program that fails before its collective cancels its turn on the group's queue,
+    which tells the peers waiting in that collective."""
     short = dist.new_group(backend="neuron", timeout=timedelta(seconds=3))
     other = dist.new_group(backend="neuron", timeout=timedelta(seconds=3))
 
     def lookup_then_reduce(index, table):
         return fc.all_reduce(torch.nn.functional.embedding(index, table), "sum", other)
     index = torch.tensor([5 if rank == 0 else 1], device=dev)  # out of range on rank 0
+    start = time.monotonic()
     try:
         torch.compile(lookup_then_reduce, backend="neuron")(index, torch.ones(4, 2, device=dev)).cpu()
         check(False, "a compiled all_reduce after a failed lookup raised nothing")
     except (IndexError, RuntimeError) as e:
-        want = "index out of range" if rank == 0 else "timeout"
+        # Rank 1 hears of rank 0's failure at once (not at the group's timeout of 3 s).
+        want = "index out of range" if rank == 0 else "rank 0: its compiled program did not reach its all_reduce"
         check(want in str(e), f"rank {rank}: {want}: {e}")
+        took = time.monotonic() - start
+        check(rank == 0 or took < 2.0, f"rank 1 heard of rank 0's failure after {took:.1f} s")
     if rank == 0:
         # The failed program cancelled its turn: the group's queue is idle, and the
         # group ends at once instead of waiting for the turn's timeout.
