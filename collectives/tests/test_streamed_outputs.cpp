@@ -27,7 +27,9 @@ TEST(StreamBytes, EveryAlignmentAndLength) {
         ASSERT_EQ(std::memcmp(dst.data() + dst_off, src.data() + src_off, len), 0)
             << "src+" << src_off << " dst+" << dst_off << " len " << len;
         for (size_t i = 0; i < dst.size(); ++i) {
-          if (i < dst_off || i >= dst_off + len) ASSERT_EQ(dst[i], 0xEE) << "wrote byte " << i;
+          if (i < dst_off || i >= dst_off + len) {
+            ASSERT_EQ(dst[i], 0xEE) << "wrote byte " << i;
+          }
         }
       }
     }
