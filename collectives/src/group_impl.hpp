@@ -148,7 +148,9 @@ struct Group::Impl {
 
   // out[0, count) = reduction, in rank order, of every rank's staging at
   // `offset` (with each rank's PREMUL_SUM factor).
-  void reduce_staged(const Descriptor& d, size_t offset, void* out, size_t count);
+  // `own`, if given, is this rank's source in place of its staging.
+  void reduce_staged(const Descriptor& d, size_t offset, void* out, size_t count,
+                     const void* own = nullptr);
 
   Status begin(const char* what);  // aborted group check
   // A wait ended without its peers: by Group::abort(), else by the timeout.

@@ -19,12 +19,13 @@ using algorithms::ceil_div;
 using algorithms::copy_bytes;
 using algorithms::copy_output;
 
-void Group::Impl::reduce_staged(const Descriptor& d, size_t offset, void* out, size_t count) {
+void Group::Impl::reduce_staged(const Descriptor& d, size_t offset, void* out, size_t count,
+                                const void* own) {
   const int n = size();
   std::vector<const void*> srcs(n);
   std::vector<double> scales(n);
   for (int p = 0; p < n; ++p) {
-    srcs[p] = staging(p) + offset;
+    srcs[p] = p == rank() && own ? own : staging(p) + offset;
     scales[p] = slot(p).desc.scale;
   }
   algorithms::reduce(d.dtype, d.op, out, srcs.data(), scales.data(), n, count, n);
@@ -58,7 +59,7 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
 
   // In place, this rank read its output's lines a moment ago: they are in
   // the caches, and streaming them out measured no faster (or slower).
-  const size_t out_of_place = in == out ? 0 : bytes;
+  const size_t streamed_bytes = in == out ? 0 : bytes;
   if (local.ok()) {
     d.in = arena_of(in, bytes);
     d.out = arena_of(out, bytes);
@@ -83,7 +84,7 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
       if (p == me) continue;
       slice_of(count, esz, n, p, &b, &e);
       copy_output(static_cast<char*>(out) + b * esz, pout[p] + b * esz, (e - b) * esz,
-                  out_of_place);
+                  streamed_bytes);
     }
     // Peers may still read this rank's buffers until everyone is here.
     return round("all_reduce");
@@ -103,7 +104,7 @@ Status Group::Impl::all_reduce(const void* in, void* out, size_t count, DType dt
     for (int p = 0; p < n; ++p) {
       slice_of(m, esz, n, p, &b, &e);
       copy_output(static_cast<char*>(out) + (off + b) * esz, staging(p) + b * esz, (e - b) * esz,
-                  out_of_place);
+                  streamed_bytes);
     }
     release();
   }
@@ -151,8 +152,6 @@ Status Group::Impl::reduce_scatter(const void* in, void* out, size_t count, DTyp
   const size_t region = chunk * esz;
   const size_t rounds = std::max<size_t>(1, ceil_div(count, chunk));
   const bool stream = count * esz >= algorithms::kStreamOutputBytes;
-  std::vector<const void*> srcs(n);
-  std::vector<double> scales(n);
   return run(
       d, rounds,
       [&](size_t k) {
@@ -165,14 +164,10 @@ Status Group::Impl::reduce_scatter(const void* in, void* out, size_t count, DTyp
       },
       [&](size_t k) {
         const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
-        for (int p = 0; p < n; ++p) {
-          srcs[p] = p == me ? static_cast<const char*>(in) + (me * count + off) * esz
-                            : staging(p) + me * region;
-          scales[p] = slot(p).desc.scale;
-        }
         char* dst = static_cast<char*>(out) + off * esz;
         char* scratch = staging(me) + me * region;
-        algorithms::reduce(dtype, op, stream ? scratch : dst, srcs.data(), scales.data(), n, m, n);
+        reduce_staged(d, me * region, stream ? scratch : dst, m,
+                      static_cast<const char*>(in) + (me * count + off) * esz);
         if (stream) algorithms::stream_bytes(dst, scratch, m * esz);
         return Status{};
       });
