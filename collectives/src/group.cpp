@@ -356,6 +356,8 @@ Status Group::create(const GroupOptions& o, std::unique_ptr<Group>* group) {
                        round_up(sizeof(SegmentHeader) + sizeof(RankSlot) * o.size, kPage);
   impl->sent_chunks.assign(o.size, 0);
   impl->received_chunks.assign(o.size, 0);
+  impl->sends.resize(o.size);
+  impl->recvs.resize(o.size);
   // Everyone mapped and arrived, or the name is removed anyway.
   Descriptor d;
   d.kind = Kind::kCreate;
@@ -424,6 +426,23 @@ Status Group::send(const void* buffer, size_t count, DType dtype, int peer, int 
 Status Group::recv(void* buffer, size_t count, DType dtype, int peer, int tag) {
   return impl_->recv(buffer, count, dtype, peer, tag);
 }
+Status Group::isend(const void* buffer, size_t count, DType dtype, int peer, int tag,
+                    uint64_t* id) {
+  return impl_->post(true, buffer, count, dtype, peer, tag, id);
+}
+Status Group::irecv(void* buffer, size_t count, DType dtype, int peer, int tag, uint64_t* id) {
+  return impl_->post(false, buffer, count, dtype, peer, tag, id);
+}
+size_t Group::progress(std::vector<Completion>* done) {
+  impl_->progress();
+  for (Completion& c : impl_->ended) done->push_back(std::move(c));
+  impl_->ended.clear();
+  return impl_->posted;
+}
+void Group::wait_for_peers(std::chrono::steady_clock::time_point until) {
+  impl_->wait_for_peers(until);
+}
+void Group::wake() { transport::ring(impl_->slot(impl_->rank()).bell); }
 void Group::abort() { impl_->aborted.store(true); }
 
 Status Group::fail(const std::string& message) {

@@ -14,7 +14,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,9 @@ struct Descriptor {
 
 struct alignas(64) RankSlot {
   transport::Flag flag;
+  // Rung by a peer that moved a point-to-point channel to or from this rank
+  // (and by Group::wake): what a rank with posted messages sleeps on.
+  transport::Flag bell;
   Descriptor desc;
   // check_direct's verdict (apart from `desc`, which peers may still read).
   uint32_t direct_failed = 0;
@@ -113,6 +118,37 @@ struct Group::Impl {
     return reinterpret_cast<char*>(&channel(from, to)) + sizeof(Channel);
   }
   std::vector<uint32_t> sent_chunks, received_chunks;  // per peer
+
+  // Posted point-to-point messages (point_to_point.cpp).
+  struct Message {
+    uint64_t id;
+    bool is_send;
+    char* buffer;
+    size_t count;
+    DType dtype;
+    int peer, tag;
+    size_t chunk = 0;  // the next one
+    Status status;     // a refusal or a mismatch, returned when it ends
+    std::chrono::steady_clock::time_point since;  // last move, or reaching the head
+  };
+  std::vector<std::deque<Message>> sends, recvs;  // per peer, in post order
+  std::vector<Group::Completion> ended;           // not handed out yet
+  uint64_t next_message = 0;
+  size_t posted = 0;
+  std::atomic<uint32_t> bell_seen{0};  // this rank's bell when progress() last looked
+  // The first head message's timeout, for wait_for_peers() on another thread.
+  std::atomic<int64_t> next_timeout{std::numeric_limits<int64_t>::max()};
+  Status post(bool is_send, const void* buffer, size_t count, DType dtype, int peer, int tag,
+              uint64_t* id);
+  // One chunk of a head message if its channel allows; *done at its end.
+  bool send_step(Message& m, bool* done);
+  bool recv_step(Message& m, bool* done);
+  void progress();
+  // Ends every posted message: a head that did not move in time (or after
+  // abort()) with `stopped_waiting`, the others as the broken group's.
+  void fail_posted();
+  void wait_for_peers(std::chrono::steady_clock::time_point until);
+  Status wait_message(uint64_t id);
 
   // Protocol steps (see the file comment). `what` names the collective in errors.
   Status round(const char* what);

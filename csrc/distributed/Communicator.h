@@ -3,14 +3,21 @@
 // memory); on several hosts a neuroncoll group per host and gloo between
 // hosts (InterHost.h). The calls are neuroncoll::Group's, in the group's
 // ranks, and return its Status values. Used by one thread at a time (the
-// process group's queue), except abort().
+// process group's queue), except abort(); point-to-point messages move on
+// threads of their own (post()).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <condition_variable>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <thread>
+#include <unordered_map>
 
 #include "csrc/distributed/HostTopology.h"
 #include "csrc/distributed/InterHost.h"
@@ -48,11 +55,16 @@ class Communicator {
   Status all_to_all(const void* in, std::span<const size_t> send_counts, void* out,
                     std::span<const size_t> recv_counts, DType dtype);
   Status barrier();
-  Status send(const void* buffer, size_t count, DType dtype, int peer, int tag = 0);
-  Status recv(void* buffer, size_t count, DType dtype, int peer, int tag = 0);
 
-  // Sends and receives that complete together whatever their sizes, also
-  // when ranks send to each other (batch_isend_irecv).
+  // Point to point without waiting (send, recv, batch_isend_irecv): `done`
+  // runs once the message ended, on the thread that moved it (at once on
+  // the caller's when it cannot be posted). In order per peer and direction;
+  // no message waits for another of this rank to end, so ranks may post
+  // sends and receives of any size in any order. With ranks of this host,
+  // messages move through neuroncoll's channels chunk by chunk, all of them
+  // together, on the group's progress thread (Group::progress); with other
+  // hosts through gloo, posted at once and finished in order by a thread per
+  // peer and direction.
   struct P2P {
     bool is_send;
     void* data;
@@ -60,7 +72,12 @@ class Communicator {
     DType dtype;
     int peer, tag;
   };
-  Status p2p_batch(std::span<const P2P> ops);
+  using Done = std::function<void(Status)>;
+  void post(const P2P& op, Done done);
+  // Waits until every posted message ended (each within the timeout, or at
+  // abort()). Every collective calls it first, so messages and collectives
+  // keep the order they were issued in.
+  void drain();
 
   // Takes part in the peers' current collective only to fail it with
   // `message` (neuroncoll's Group::fail): a rank that cannot run its part
@@ -77,6 +94,19 @@ class Communicator {
   HostTopology topo_;
   std::unique_ptr<neuroncoll::Group> local_;  // this host's ranks
   std::unique_ptr<InterHost> inter_;          // null on one host
+
+  // Point to point (post()).
+  class Lane;  // a thread running one peer's gloo finishes of one direction in order
+  void post_remote(const P2P& op, Done done);
+  void progress_loop();    // the progress thread: moves local_'s posted messages
+  void ended(size_t n);    // n messages ended (their `done` has run)
+  std::mutex p2p_mu_;      // local_'s point-to-point calls and the state below
+  std::condition_variable p2p_cv_;  // a post (for the idle progress thread), the last end (drain)
+  std::unordered_map<uint64_t, Done> local_posted_;  // by neuroncoll's message id
+  size_t in_flight_ = 0;   // posted messages not ended, of both kinds
+  bool stopping_ = false;
+  std::thread progress_;   // started at the first message with a rank of this host
+  std::map<std::pair<int, bool>, std::unique_ptr<Lane>> lanes_;  // (peer, is_send)
 };
 
 }  // namespace torchneuron

@@ -82,6 +82,8 @@ class InterHost {
     at::Tensor header;  // count, dtype, tag: sent, or the received one
     c10::intrusive_ptr<c10d::Work> header_work, data_work;
   };
+  // post() and finish() may run on several threads at once (finish() of
+  // different peers' messages; a message's finish() after its post()).
   Posted post(bool is_send, void* buffer, size_t count, DType dtype, int peer, int tag);
   Status finish(Posted& op);
 
@@ -101,6 +103,8 @@ class InterHost {
   std::string describe(const Call& c) const;
   // Runs gloo calls; an exception becomes a failed Status (and breaks the group).
   Status gloo_step(const char* what, const std::function<void()>& body);
+  // Records the error that breaks the group; returns it.
+  Status set_broken(Status status);
   Status begin(const char* what) const;
   // Point-to-point works in flight, which abort() interrupts.
   void track(const c10::intrusive_ptr<c10d::Work>& work);
@@ -120,7 +124,9 @@ class InterHost {
   std::string name_;
   int rank_, size_;
   uint64_t seq_ = 0;
-  Status broken_;
+  mutable std::mutex broken_mu_;
+  Status broken_;  // guarded by broken_mu_ (point-to-point finishes run on several threads)
+  std::mutex post_mu_;  // gloo send/recv posts, from several threads
   std::atomic<bool> aborted_{false};
   std::mutex inflight_mu_;
   std::vector<c10::intrusive_ptr<c10d::Work>> inflight_;  // guarded by inflight_mu_

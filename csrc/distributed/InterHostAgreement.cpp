@@ -69,32 +69,35 @@ Status InterHost::begin(const char* what) const {
   if (aborted_.load()) {
     return {Code::kAborted, std::string(what) + ": group '" + name_ + "' was aborted"};
   }
+  std::lock_guard<std::mutex> lock(broken_mu_);
   if (broken_.ok()) return {};
   return {Code::kAborted, std::string(what) + ": group '" + name_ +
                               "' failed earlier and is unusable: " + broken_.to_string()};
 }
 
 Status InterHost::gloo_step(const char* what, const std::function<void()>& body) {
+  std::string error;
   try {
     body();
     if (!aborted_.load()) return {};
-    broken_ = Status(Code::kAborted, std::string(what) + " (group '" + name_ + "', rank " +
-                                         std::to_string(rank_) + "): the group was aborted");
-    return broken_;
   } catch (const std::exception& e) {
-    if (aborted_.load()) {
-      broken_ = Status(Code::kAborted, std::string(what) + " (group '" + name_ + "', rank " +
-                                           std::to_string(rank_) + "): the group was aborted");
-      return broken_;
-    }
-    const std::string msg = e.what();
-    const bool timed = msg.find("imed out") != std::string::npos;
-    broken_ = Status(timed ? Code::kTimeout : Code::kSystemError,
-                     std::string(what) + " between hosts (group '" + name_ + "', rank " +
-                         std::to_string(rank_) + ", collective #" + std::to_string(seq_ - 1) +
-                         ", gloo): " + msg.substr(0, 600));
-    return broken_;
+    error = e.what();
   }
+  if (aborted_.load()) {
+    return set_broken(Status(Code::kAborted, std::string(what) + " (group '" + name_ + "', rank " +
+                                                 std::to_string(rank_) + "): the group was aborted"));
+  }
+  const bool timed = error.find("imed out") != std::string::npos;
+  return set_broken(Status(timed ? Code::kTimeout : Code::kSystemError,
+                           std::string(what) + " between hosts (group '" + name_ + "', rank " +
+                               std::to_string(rank_) + ", collective #" + std::to_string(seq_ - 1) +
+                               ", gloo): " + error.substr(0, 600)));
+}
+
+Status InterHost::set_broken(Status status) {
+  std::lock_guard<std::mutex> lock(broken_mu_);
+  broken_ = status;
+  return status;
 }
 
 Status InterHost::exchange(const std::string& mine, std::vector<std::string>* all,
@@ -159,21 +162,19 @@ Status InterHost::exchange(const std::string& mine, std::vector<std::string>* al
     }
   }
   if (aborted_.load()) {
-    broken_ = Status(Code::kAborted, std::string(what) + " (group '" + name_ + "', rank " +
-                                         std::to_string(rank_) + "): the group was aborted");
-    return broken_;
+    return set_broken(Status(Code::kAborted, std::string(what) + " (group '" + name_ + "', rank " +
+                                                 std::to_string(rank_) + "): the group was aborted"));
   }
   if (missing.empty()) return {};
   const bool timed = first_error.find("imed out") != std::string::npos;
-  broken_ = Status(timed ? Code::kTimeout : Code::kSystemError,
+  return set_broken(Status(timed ? Code::kTimeout : Code::kSystemError,
                    std::string(what) + " (group '" + name_ + "', rank " + std::to_string(rank_) +
                        ", collective #" + std::to_string(seq_ - 1) + "): " +
                        (timed ? "timed out after " + std::to_string(timeout_.count()) +
                                     " ms waiting for rank(s) " + missing +
                                     " (not arrived: dead, hung, or calling another collective)"
                               : "lost rank(s) " + missing + " between hosts") +
-                       "; gloo: " + first_error.substr(0, 300));
-  return broken_;
+                       "; gloo: " + first_error.substr(0, 300)));
 }
 
 Status InterHost::agree(const char* what, DType dtype, size_t count, int root,
@@ -258,6 +259,7 @@ InterHost::Posted InterHost::post(bool is_send, void* buffer, size_t count, DTyp
   h[1] = static_cast<int64_t>(dtype);
   h[2] = tag;
   std::vector<at::Tensor> header{op.header};
+  std::lock_guard<std::mutex> lock(post_mu_);
   if (is_send) {
     std::vector<at::Tensor> data{bytes_of(buffer, count, dtype)};
     op.header_work = groups_.all->send(header, peer, kHeaderTag);
@@ -297,7 +299,10 @@ Status InterHost::finish(Posted& op) {
         match ? bytes_of(op.buffer, op.count, op.dtype)
               : at::empty({h[0] * static_cast<int64_t>(neuroncoll::dtype_size(header_dtype(h[1])))},
                           at::kByte)};
-    op.data_work = groups_.all->recv(data, op.peer, static_cast<int>(h[2]));
+    {
+      std::lock_guard<std::mutex> lock(post_mu_);
+      op.data_work = groups_.all->recv(data, op.peer, static_cast<int>(h[2]));
+    }
     track(op.data_work);
     op.data_work->wait(timeout_);
     if (!match) {

@@ -32,6 +32,7 @@ ProcessGroupNeuron::~ProcessGroupNeuron() {
   // The queued collectives use the group: let them finish first (without the
   // GIL, which a future's Python callback on the queue may need).
   if (queue_ != nullptr) blocking_wait([this] { nrtStreamDestroy(queue_); });
+  blocking_wait([this] { group_->drain(); });  // posted messages, whose works retire here
   retired_.clear();
 }
 
@@ -53,12 +54,20 @@ void ProcessGroupNeuron::shutdown() {
   // rank 0) may still be queued when it ends the group, and its peers wait
   // for them. Each is bounded by the group's timeout. The GIL is released: a
   // future's callback on the queue may need it. abort() ends them at once.
-  if (queue != nullptr) blocking_wait([queue] { nrtStreamSynchronize(queue); });
+  // Sends and receives the queue posted end on the progress thread.
+  Communicator* group = group_.get();
+  if (queue != nullptr) blocking_wait([queue, group] {
+    nrtStreamSynchronize(queue);
+    group->drain();
+  });
   int expected = 0;
   ended_.compare_exchange_strong(expected, kShutDown);
   group_->abort();
   // Anything queued meanwhile fails at once now; wait for those tasks too.
-  if (queue != nullptr) blocking_wait([queue] { nrtStreamSynchronize(queue); });
+  if (queue != nullptr) blocking_wait([queue, group] {
+    nrtStreamSynchronize(queue);
+    group->drain();
+  });
 }
 
 void ProcessGroupNeuron::retire(c10::intrusive_ptr<c10d::Work> work) {
@@ -86,12 +95,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
                                                            std::vector<at::Tensor> outputs,
                                                            Body body) {
   return enqueue_work(c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs)), name,
-                      device, std::move(body));
+                      device, [body = std::move(body)](Communicator& g, Finish finish) {
+                        std::exception_ptr error;
+                        try {
+                          body(g);
+                        } catch (...) {
+                          error = std::current_exception();
+                        }
+                        finish(error);
+                      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_work(c10::intrusive_ptr<NeuronWork> work,
                                                                 const char* name,
-                                                                c10::DeviceIndex device, Body body) {
+                                                                c10::DeviceIndex device,
+                                                                AsyncBody body) {
   if (const int ended = ended_.load()) {
     C10_THROW_ERROR(DistBackendError,
                     std::string("[neuron] ") + name + ": the process group was " +
@@ -122,14 +140,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_work(c10::intrusive_p
   // its work (raised by wait()), and later collectives must still run.
   NEURON_TRY {
     neuronrt::launch(queue, name, [this, work, group, body = std::move(body)]() mutable {
-      std::exception_ptr error;
-      try {
-        body(*group);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      work->complete(error);
-      retire(std::move(work));
+      body(*group, [this, work = std::move(work)](std::exception_ptr error) mutable {
+        work->complete(error);
+        retire(std::move(work));
+      });
     });
   }
   NEURON_CATCH
@@ -192,11 +206,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>&
   check_rank(dst_rank, "send", "destination");
   const neuroncoll::DType dt = coll_dtype(t.scalar_type(), "send");
   if (coalescing_) return record_p2p(true, t, dst_rank, tag, dt);
-  StagedTensor in = stage(t, true);
-  return enqueue(c10d::OpType::SEND, "send", t.device().index(), {t},
-                 [in, dt, dst_rank, tag](Communicator& g) {
-                   check_status(g.send(in.data(), in.count(), dt, dst_rank, tag));
-                 });
+  return enqueue_work(c10::make_intrusive<NeuronWork>(rank_, c10d::OpType::SEND, "send",
+                                                    std::vector<at::Tensor>{t}),
+                      "send", t.device().index(),
+                      post_p2p({{true, stage(t, true), dst_rank, tag, dt}}));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>& tensors,
@@ -205,12 +218,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>&
   check_rank(src_rank, "recv", "source");
   const neuroncoll::DType dt = coll_dtype(t.scalar_type(), "recv");
   if (coalescing_) return record_p2p(false, t, src_rank, tag, dt);
-  StagedTensor out = stage(t, false);
-  return enqueue(c10d::OpType::RECV, "recv", t.device().index(), {t},
-                 [out, dt, src_rank, tag](Communicator& g) {
-                   check_status(g.recv(out.data(), out.count(), dt, src_rank, tag));
-                   out.copy_back();
-                 });
+  return enqueue_work(c10::make_intrusive<NeuronWork>(rank_, c10d::OpType::RECV, "recv",
+                                                    std::vector<at::Tensor>{t}),
+                      "recv", t.device().index(),
+                      post_p2p({{false, stage(t, false), src_rank, tag, dt}}));
 }
 
 void ProcessGroupNeuron::startCoalescing() {
@@ -243,19 +254,44 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::endCoalescing() {
     std::lock_guard<std::mutex> lock(mu_);
     device = device_ >= 0 ? device_ : current_device();
   }
-  return enqueue_work(std::move(work), "coalesced", device,
-                      [ops](Communicator& c) { run_p2p_batch(c, ops); });
+  return enqueue_work(std::move(work), "coalesced", device, post_p2p(std::move(ops)));
 }
 
-void ProcessGroupNeuron::run_p2p_batch(Communicator& c, const std::vector<P2P>& ops) {
-  std::vector<Communicator::P2P> raw;
-  for (const P2P& op : ops) {
-    raw.push_back({op.is_send, op.tensor.data(), op.tensor.count(), op.dtype, op.peer, op.tag});
-  }
-  check_status(c.p2p_batch(raw));
-  for (const P2P& op : ops) {
-    if (!op.is_send) op.tensor.copy_back();
-  }
+ProcessGroupNeuron::AsyncBody ProcessGroupNeuron::post_p2p(std::vector<P2P> ops) {
+  return [ops = std::move(ops)](Communicator& c, Finish finish) {
+    struct Batch {
+      std::mutex mu;
+      size_t left;
+      neuroncoll::Status first;
+      std::vector<P2P> ops;
+      Finish finish;
+    };
+    auto batch = std::make_shared<Batch>();
+    batch->left = ops.size();
+    batch->ops = ops;
+    batch->finish = std::move(finish);
+    if (ops.empty()) return batch->finish(nullptr);
+    for (const P2P& op : ops) {
+      c.post({op.is_send, op.tensor.data(), op.tensor.count(), op.dtype, op.peer, op.tag},
+             [batch](neuroncoll::Status s) {
+               {
+                 std::lock_guard<std::mutex> lock(batch->mu);
+                 if (batch->first.ok() && !s.ok()) batch->first = std::move(s);
+                 if (--batch->left > 0) return;
+               }
+               std::exception_ptr error;
+               try {
+                 check_status(batch->first);
+                 for (const P2P& op : batch->ops) {
+                   if (!op.is_send) op.tensor.copy_back();
+                 }
+               } catch (...) {
+                 error = std::current_exception();
+               }
+               batch->finish(error);
+             });
+    }
+  };
 }
 
 }  // namespace torchneuron

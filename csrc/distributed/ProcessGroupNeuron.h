@@ -92,12 +92,19 @@ class ProcessGroupNeuron final : public c10d::Backend {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  // Point to point: a task of the queue posts the message
+  // (Communicator::post) and the queue goes on; the message moves on the
+  // group's progress thread with the others posted, and its work completes
+  // when it ended. So sends and receives issued one by one complete for any
+  // sizes also when ranks send to each other first (a ring, a halo
+  // exchange). A later collective's task first waits until every posted
+  // message ended, keeping the issue order between ranks.
+  //
   // c10d's coalescing (batch_isend_irecv, _coalescing_manager with a device):
-  // sends and receives issued in between are run together by one task, chunk
-  // by chunk in turn, so that a batch in which ranks send to each other
-  // completes whatever the message sizes. Other collectives issued in
-  // between run in order as usual; the work of endCoalescing() completes
-  // after all of them (the group's queue is ordered).
+  // sends and receives issued in between are posted by one task at
+  // endCoalescing(), and its work completes when all of them ended. Other
+  // collectives issued in between run in order as usual; the work of
+  // endCoalescing() completes after all of them (the group's queue is ordered).
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
@@ -129,6 +136,11 @@ class ProcessGroupNeuron final : public c10d::Backend {
 
  private:
   using Body = std::function<void(Communicator&)>;
+  // Ends a queued operation with its error (null: success).
+  using Finish = std::function<void(std::exception_ptr)>;
+  // Runs on the queue and calls `finish` once, then or later from another
+  // thread (point to point, which does not hold the queue).
+  using AsyncBody = std::function<void(Communicator&, Finish)>;
   // Queues `body` on the group's queue behind the current stream of
   // `device`; the work completes with `outputs`.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
@@ -136,7 +148,8 @@ class ProcessGroupNeuron final : public c10d::Backend {
                                          Body body);
   // The same with a work made earlier (the coalesced one).
   c10::intrusive_ptr<c10d::Work> enqueue_work(c10::intrusive_ptr<NeuronWork> work,
-                                              const char* name, c10::DeviceIndex device, Body body);
+                                              const char* name, c10::DeviceIndex device,
+                                              AsyncBody body);
   // A send or receive recorded while coalescing: the coalesced work.
   c10::intrusive_ptr<c10d::Work> record_p2p(bool is_send, const at::Tensor& t, int peer, int tag,
                                             neuroncoll::DType dt);
@@ -166,7 +179,9 @@ class ProcessGroupNeuron final : public c10d::Backend {
     int peer, tag;
     neuroncoll::DType dtype;
   };
-  static void run_p2p_batch(Communicator& c, const std::vector<P2P>& ops);
+  // Posts `ops` (Communicator::post); the work ends when the last one did,
+  // with the first error, receives copied back to their tensors first.
+  static AsyncBody post_p2p(std::vector<P2P> ops);
   bool coalescing_ = false;
   std::vector<P2P> coalesced_p2p_;
   c10::DeviceIndex coalesced_device_ = -1;

@@ -3,6 +3,7 @@ inputs every rank can rebuild (seeded by rank). Usage: collectives.py INIT_MODE.
 import os
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -169,6 +170,45 @@ def point_to_point(rank, world, dev):
         same(got, torch.arange(200_000, dtype=torch.float32), "send/recv long message")
 
 
+def point_to_point_one_by_one(rank, world, dev):
+    # isend/irecv issued one by one, every rank sending first, far above a channel's
+    # 64 KiB: both ways between the pair at 2 ranks, around a ring at 3. Posted messages
+    # do not hold the group's queue; a short timeout makes a deadlock fail fast.
+    pg = dist.new_group(list(range(world)), timeout=timedelta(seconds=30))
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    for dtype in (torch.float32, torch.bfloat16):
+        size = torch.empty(0, dtype=dtype).element_size()
+        for nbytes in (4, (64 << 10) + size, 1 << 20, 8 << 20):
+            n = nbytes // size
+            got = torch.empty(n, dtype=dtype, device=dev)
+            reqs = [dist.isend(make(rank, n, dtype, salt=8).to(dev), nxt, group=pg),
+                    dist.irecv(got, prv, group=pg)]
+            for r in reqs:
+                r.wait()
+            check(torch.equal(got.cpu(), make(prv, n, dtype, salt=8)),
+                  f"isend/irecv one by one {dtype} {nbytes} B: not what rank {prv} sent")
+    # Messages and collectives of a group keep their order: an all_reduce issued before
+    # waiting for a receive reduces what was received; a send issued after an
+    # all_reduce sends its result.
+    n = (1 << 20) // 4
+    got = torch.empty(n, device=dev)
+    reqs = [dist.isend(make(rank, n, torch.float32, salt=9).to(dev), nxt, group=pg),
+            dist.irecv(got, prv, group=pg)]
+    dist.all_reduce(got, group=pg)
+    for r in reqs:
+        r.wait()
+    total = sum(make(r, n, torch.float32, salt=9).double() for r in range(world))
+    same(got, total.float(), "all_reduce after an irecv")
+    t = torch.full((n,), float(rank + 1), device=dev)
+    work = dist.all_reduce(t, group=pg, async_op=True)
+    back = torch.empty(n, device=dev)
+    reqs = [dist.isend(t, nxt, group=pg), dist.irecv(back, prv, group=pg)]
+    work.wait()
+    for r in reqs:
+        r.wait()
+    same(back, torch.full((n,), float(sum(range(1, world + 1)))), "isend after an all_reduce")
+
+
 def wait_does_not_block_the_host(rank, world, dev):
     # Rank 0's wait() returns while the collective still waits for a late peer; ops it
     # issues afterwards on its stream still see the result (as with CUDA and NCCL).
@@ -279,6 +319,7 @@ def main():
               f"broadcast and all_gather read peers' device memory: {stats}")
     all_to_all_uneven(rank, world, dev)
     point_to_point(rank, world, dev)
+    point_to_point_one_by_one(rank, world, dev)
     ordering_async_and_hooks(rank, world, dev)
     wait_does_not_block_the_host(rank, world, dev)
     if mode == "mixed":  # CPU tensors go to gloo in the same group

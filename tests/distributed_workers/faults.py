@@ -60,6 +60,14 @@ def main():
     expect_error(lambda: dist.all_to_all_single(torch.empty(4, device=dev), torch.ones(4, device=dev),
                                                 [1, 3], [3, 3]),
                  "ProcessGroupNeuron all_to_all_single", "add up to 6 rows")
+    # isend/irecv of different sizes: both sides name both calls (the long message is
+    # still taken off the channel, and its sender learns of the refusal).
+    if rank == 0:
+        expect_error(lambda: dist.isend(torch.ones(200_000, device=dev), dst=1).wait(), "refused",
+                     "expected 100 float32 with tag 0", "sent 200000 float32 with tag 0")
+    elif rank == 1:
+        expect_error(lambda: dist.irecv(torch.empty(100, device=dev), src=0).wait(), "mismatch",
+                     "expected 100 float32 with tag 0", "sent 200000 float32 with tag 0")
     # The group still works.
     u = torch.ones(5, device=dev)
     dist.all_reduce(u)

@@ -99,12 +99,38 @@ class Group {
 
   // Point to point, in order per (sender, receiver) pair; `tag`, `count` and
   // `dtype` must match the peer's call (the receiver returns kMismatch, the
-  // sender learns of it as kPeerError at its next send to that peer, which is
-  // then not made). A send
-  // returns once its data is in the channel (64 KiB; longer messages wait
-  // for the receiver chunk by chunk), so ranks may send to each other first.
+  // sender learns of it as kPeerError within a long send, or at its next
+  // send to that peer, which is then not made). A message moves through a
+  // 64 KiB channel per ordered pair, one chunk in flight: a send ends once
+  // its last chunk is in the channel, so ranks may send short messages to
+  // each other first. send/recv are isend/irecv and a wait for that message.
   Status send(const void* buffer, size_t count, DType dtype, int peer, int tag = 0);
   Status recv(void* buffer, size_t count, DType dtype, int peer, int tag = 0);
+
+  // Non-blocking point to point. isend/irecv post a message behind the
+  // earlier ones of its peer and direction and give its id; progress() moves
+  // every posted message as far as the channels allow without waiting, all
+  // peers and both directions together, and appends those that ended to
+  // `done` (also those a send/recv call moved to their end). Ranks may post
+  // in any order and any size: no message waits for another of this rank
+  // to end. A message that does not move for the group's timeout ends in
+  // kTimeout (the group is broken), after abort() in kAborted. Buffers must
+  // stay valid until the message ended; messages must have ended before a
+  // collective is called.
+  struct Completion {
+    uint64_t id;
+    Status status;
+  };
+  Status isend(const void* buffer, size_t count, DType dtype, int peer, int tag, uint64_t* id);
+  Status irecv(void* buffer, size_t count, DType dtype, int peer, int tag, uint64_t* id);
+  // Returns how many posted messages have not ended.
+  size_t progress(std::vector<Completion>* done);
+  // Sleeps until a peer moved a channel of this rank since the last
+  // progress(), wake() was called, `until`, a posted message's timeout, or
+  // abort(). Both may run on another thread beside the other calls (a
+  // progress thread sleeps here while the caller posts, then wakes it).
+  void wait_for_peers(std::chrono::steady_clock::time_point until);
+  void wake();
 
   struct Impl;
 

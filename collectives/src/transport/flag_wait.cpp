@@ -45,14 +45,30 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
 }
 
+void wake_sleepers(Flag& flag) {
+  if (flag.sleepers.load(std::memory_order_seq_cst) != 0) {
+    futex(&flag.value, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+}
+
 }  // namespace
 
 void post(Flag& flag, uint32_t value) {
   tsan_release();
   flag.value.store(value, std::memory_order_seq_cst);
-  if (flag.sleepers.load(std::memory_order_seq_cst) != 0) {
-    futex(&flag.value, FUTEX_WAKE, INT_MAX, nullptr);
-  }
+  wake_sleepers(flag);
+}
+
+void ring(Flag& flag) {
+  tsan_release();
+  flag.value.fetch_add(1, std::memory_order_seq_cst);
+  wake_sleepers(flag);
+}
+
+bool test_reached(Flag& flag, uint32_t target) {
+  if (!reached(flag.value.load(std::memory_order_acquire), target)) return false;
+  tsan_acquire();
+  return true;
 }
 
 bool wait_reached(Flag& flag, uint32_t target, std::chrono::steady_clock::time_point deadline,

@@ -22,6 +22,10 @@ inline bool reached(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b)
 
 // Publishes `value` and wakes sleepers.
 void post(Flag& flag, uint32_t value);
+// Adds one and wakes sleepers: a flag several ranks bump (a doorbell).
+void ring(Flag& flag);
+// Without waiting: has `flag` reached `target`? Orders like a completed wait.
+bool test_reached(Flag& flag, uint32_t target);
 
 // Waits until `flag` reached `target`, `deadline` passed or `*stop` (if
 // given) became true (seen within a sleep slice, 20 ms); true if reached.
