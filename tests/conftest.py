@@ -7,13 +7,16 @@ import json
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
-# Compiled programs go to a cache of this process only: a user's cache (or an
-# earlier run's, or another pytest-xdist worker's) would turn the tests'
-# compilations into cache hits. A directory the user set is kept.
+# Compiled programs, and AOTAutograd's entries of compiled graphs (kept in
+# PyTorch's cache directory), go to caches of this process only: a user's
+# cache (or an earlier run's, or another pytest-xdist worker's) would turn the
+# tests' compilations into cache hits. A directory the user set is kept.
 if "TORCHNEURON_CACHE_DIR" not in os.environ or os.environ.get("TORCHNEURON_TEST_OWN_CACHE"):
     import tempfile
 
-    os.environ["TORCHNEURON_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchneuron-test-cache-")
+    _own_cache = tempfile.mkdtemp(prefix="torchneuron-test-cache-")
+    os.environ["TORCHNEURON_CACHE_DIR"] = os.path.join(_own_cache, "programs")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_own_cache, "torch")
     os.environ["TORCHNEURON_TEST_OWN_CACHE"] = "1"
 
 import subprocess  # noqa: E402
@@ -238,15 +241,18 @@ def in_fresh_process(request, start_python):
 
 
 @pytest.fixture
-def fresh_dynamo():
+def fresh_dynamo(tmp_path_factory, monkeypatch):
     """For compile tests (`pytestmark = pytest.mark.usefixtures("fresh_dynamo")`):
     each test starts without Dynamo's caches of earlier tests (their guards would
-    count as recompilations), with no compile records and no programs in memory."""
+    count as recompilations), with no compile records, no programs in memory and
+    an empty AOTAutograd cache (an earlier test's graph would be a hit, skipping
+    the compilation a test looks at)."""
     import torch._dynamo
 
     import torchneuron
     from torchneuron.compile.executor import clear_programs
 
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("torch-cache")))
     torch._dynamo.reset()
     torchneuron.reset_compile_metrics()
     clear_programs()

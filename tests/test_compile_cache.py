@@ -183,3 +183,93 @@ def test_a_second_process_hits_the_cache_and_a_corrupt_entry_is_rebuilt(tmp_path
     assert third[0] == ["miss", "miss"] and third[3] == 2, third
     assert third[1:3] == first[1:3]
     assert len(list((tmp_path / "cache").rglob("*.prog"))) == 2, "the bad entries were not rebuilt"
+
+
+WARM_START_SCRIPT = textwrap.dedent("""
+    import sys, torch, torchneuron
+    from torchneuron.compile import executor
+    step, blob = sys.argv[1], sys.argv[2]
+    if step == "load":
+        torch.compiler.load_cache_artifacts(open(blob, "rb").read())
+    if step in ("warm", "load"):
+        def refuse(*args, **kwargs):
+            raise AssertionError("a graph was traced and compiled although AOTAutograd's cache has it")
+        executor.build = refuse
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).to("neuron")
+    x = torch.randn(3, 8).to("neuron")
+    compiled = torch.compile(model, backend="neuron")
+    with torch.no_grad():
+        y = compiled(x)  # an inference graph
+    compiled(x).sum().backward()  # a training graph: forward and backward
+    # From its second call n is a runtime integer: n * 3 + 1 is a host step of the call plan.
+    count = torch.compile(lambda t, n: (t * 2, n * 3 + 1), backend="neuron")
+    counted = [count(x, n)[1] for n in (1, 2, 3)]
+    if step == "cold":
+        # A graph the compiler leaves to eager ops (a tensor times a runtime integer)
+        # is not kept by AOTAutograd's cache.
+        scale = torch.compile(lambda t, n: t * n, backend="neuron")
+        assert [float(scale(x, n).sum()) for n in (1, 2)] == [float(x.sum() * n) for n in (1, 2)]
+        open(blob, "wb").write(torch.compiler.save_cache_artifacts()[0])
+    states = [(r["aot_cache"], sorted(p.get("cache", p["executor"]) for p in r["programs"].values()))
+              for r in torchneuron.compile_metrics()]
+    print(repr((states, float(y.sum()), float(model[0].weight.grad.sum()), counted)))
+""")
+
+
+def test_a_second_process_skips_aotautograd_with_our_programs_in_its_cache(tmp_path):
+    """Warm starts (docs/compile.md, "Cache"): AOTAutograd's cache keeps each graph
+    with what the backend compiled, so another process neither traces nor compiles
+    it (executor.build is made to fail there), also with the programs deleted (they
+    are compiled again from the kept text), also from save_cache_artifacts() in
+    fresh directories; corrupt entries are compiled again."""
+    import ast
+    import shutil
+
+    blob = tmp_path / "artifacts.bin"
+
+    def run(step, where):
+        env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(tmp_path / where / "programs"),
+                   TORCHINDUCTOR_CACHE_DIR=str(tmp_path / where / "torch"),
+                   PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]))
+        r = subprocess.run([sys.executable, "-c", WARM_START_SCRIPT, step, str(blob)], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return ast.literal_eval(r.stdout.strip().splitlines()[-1])
+
+    cold = run("cold", "a")
+    states, values = cold[0], cold[1:]
+    assert states[:3] == [("miss", ["miss"]), ("miss", ["miss", "miss"]), ("miss", ["miss"])], states
+    assert states[3][0] == "miss" and states[5] == ("bypass", ["eager"]), states
+    assert values[2] == [4, 7, 10]
+
+    def expect(result, programs):
+        got_states, got_values = result[0], result[1:]
+        assert [s for s, _ in got_states] == ["hit"] * 4, got_states
+        assert [p for _, p in got_states][:3] == [[programs], [programs, programs], [programs]], got_states
+        assert got_values == values, "a graph from AOTAutograd's cache computes something else"
+
+    expect(run("warm", "a"), "hit")  # programs from the disk cache
+    shutil.rmtree(tmp_path / "a" / "programs")
+    expect(run("warm", "a"), "miss")  # programs compiled again from the entries' text
+    expect(run("load", "b"), "hit")  # both caches from the artifacts, in empty directories
+    for entry in (tmp_path / "a" / "torch" / "aotautograd").rglob("*"):
+        if entry.is_file():
+            data = bytearray(entry.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            entry.write_bytes(bytes(data))
+    corrupt = run("corrupt", "a")
+    assert [s for s, _ in corrupt[0]] == ["miss"] * 4 and corrupt[1:] == values, corrupt
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_no_disk_cache_means_no_aotautograd_entries(monkeypatch):
+    import torch
+
+    import torchneuron
+
+    monkeypatch.setenv("TORCHNEURON_CACHE_DIR", "off")
+    got = torch.compile(lambda t: t * 2 + 1, backend="neuron")(torch.ones(3, device="neuron"))
+    assert got.cpu().tolist() == [3.0] * 3
+    (record,) = torchneuron.compile_metrics()
+    assert record["aot_cache"] == "off" and record["cache"] == "miss", record

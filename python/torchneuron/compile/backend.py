@@ -4,13 +4,16 @@ Dynamo graph -> checks -> AOTAutograd (decompositions.py; functionalized;
 forward and backward) -> executor.build (the graph compiler: one program per
 AOT graph, one device submission per call) -> the callable Dynamo runs. Every step is recorded in
 compile_metrics() (metrics.py) and, with a debug directory, dumped (debug.py).
+AOTAutograd's own cache keeps what it traced and what we compiled
+(output_code.py), so that another process skips AOTAutograd's tracing.
 """
 import functools
+import time
 import warnings
 
 import torch
 
-from . import debug, device_interface, executor, metrics
+from . import cache, debug, device_interface, executor, metrics, output_code
 from .decompositions import decomposition_table
 from .options import resolve
 
@@ -41,7 +44,7 @@ def neuron(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
                 # graph with a data-dependent op the executor refuses.
                 metrics.note_program(record, "dynamo", {"executor": "eager", "reason": why})
                 return gm.forward
-        metrics.exclude_nested(record, "aot", ("executor_forward", "executor_inference"))
+        metrics.exclude_nested(record, "aot", ("executor_forward", "executor_backward", "executor_inference"))
         return compiled
     except Exception as exc:
         message = exc.args[0] if isinstance(exc, NeuronCompileError) and exc.args else (
@@ -55,6 +58,9 @@ def neuron(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
 
 
 def _aot(gm, example_inputs, opts, record):
+    from torch._dynamo.utils import counters
+    from torch._functorch import config as functorch_config
+    from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
@@ -62,29 +68,48 @@ def _aot(gm, example_inputs, opts, record):
         def compile_graph(aot_gm, aot_inputs):
             record["nodes"][kind] = metrics.count_nodes(aot_gm)
             debug.dump(opts.debug_dir, record, f"aot_{kind}", aot_gm)
+            start = time.perf_counter_ns()
             with metrics.phase(record, f"executor_{kind}"):
                 try:
-                    return executor.build(aot_gm, aot_inputs,
-                                          executor.GraphInfo(record["graph_id"], kind, opts.mode, opts.debug_dir),
-                                          record)
+                    runner = executor.build(aot_gm, aot_inputs,
+                                            executor.GraphInfo(record["graph_id"], kind, opts.mode, opts.debug_dir),
+                                            record)
                 except Exception as exc:
                     raise NeuronCompileError(
                         f"[neuron] compile: graph {record['graph_id']} ({kind}): the executor failed: "
                         f"{type(exc).__name__}: {exc}") from exc
+            return output_code.NeuronOutputCode(kind, runner, time.perf_counter_ns() - start)
 
-        return compile_graph
+        return SerializableAOTDispatchCompiler(output_code.NeuronOutputCode, compile_graph)
 
-    return aot_module_simplified(
-        gm, example_inputs,
-        fw_compiler=compiler("forward"),
-        bw_compiler=compiler("backward"),
-        inference_compiler=compiler("inference"),
-        partition_fn=min_cut_rematerialization_partition,
-        decompositions=decomposition_table(),
-        # KV caches, BatchNorm statistics, optimizer state: mutations of the inputs stay
-        # in-place updates of the caller's tensors (copy_ at the graph's end).
-        keep_inference_input_mutations=True,
-    )
+    # AOTAutograd's cache key covers the Dynamo graph with its attributes: this
+    # one names the backend and everything its entries depend on (output_code.py).
+    gm._torchneuron_backend = cache.backend_identity(opts.mode)
+    before = dict(counters["aot_autograd"])
+    with output_code.compiling(record, opts), functorch_config.patch(
+            bundled_autograd_cache=True, force_non_lazy_backward_lowering=True,
+            enable_autograd_cache=functorch_config.enable_autograd_cache and cache.cache_dir() is not None):
+        compiled = aot_module_simplified(
+            gm, example_inputs,
+            fw_compiler=compiler("forward"),
+            bw_compiler=compiler("backward"),
+            inference_compiler=compiler("inference"),
+            partition_fn=min_cut_rematerialization_partition,
+            decompositions=decomposition_table(),
+            # KV caches, BatchNorm statistics, optimizer state: mutations of the inputs stay
+            # in-place updates of the caller's tensors (copy_ at the graph's end).
+            keep_inference_input_mutations=True,
+        )
+    record["aot_cache"] = _aot_cache_state(before, counters["aot_autograd"])
+    return compiled
+
+
+def _aot_cache_state(before: dict, after) -> str:
+    """What AOTAutograd's cache did for this graph, from its counters."""
+    for state in ("hit", "bypass", "miss"):
+        if after.get(f"autograd_cache_{state}", 0) > before.get(f"autograd_cache_{state}", 0):
+            return state
+    return "off"
 
 
 def _data_dependent(exc):

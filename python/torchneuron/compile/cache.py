@@ -21,6 +21,7 @@ recorded as a "neuron_program" artifact, so `torch.compiler.save_cache_artifacts
 carries it and `load_cache_artifacts()` in another process writes it to that
 process's cache directory (artifact type registered by compile/registration.py).
 """
+import functools
 import hashlib
 import json
 import os
@@ -85,6 +86,22 @@ def environment() -> dict:
             "python": sys.version_info[:2],
         }
     return _environment
+
+
+@functools.cache
+def _sources_identity() -> str:
+    """The compile package's Python files (size and time of each): they make the
+    program text that AOTAutograd's cache entries hold (output_code.py)."""
+    here = Path(__file__).parent
+    return ";".join(f"{p.name}:{st.st_size}:{st.st_mtime_ns}"
+                    for p in sorted(here.glob("*.py")) for st in [p.stat()])
+
+
+def backend_identity(mode: str) -> str:
+    """What an AOTAutograd cache entry of this backend depends on besides the
+    Dynamo graph: put into that cache's key (backend.py)."""
+    return json.dumps({"backend": "neuron", "mode": mode, "environment": environment(),
+                       "sources": _sources_identity()}, sort_keys=True, default=str)
 
 
 def program_key(graph: bytes, options: dict) -> str:

@@ -9,18 +9,38 @@ as one submission. The results are put back in the graph's output order.
 A generator state saved by a forward graph (activation checkpointing) is a
 neuron tensor when that forward ran as a program, a CPU tensor when it ran
 eagerly; the backward's program takes it on the device (5 KB, moved here).
+
+A plan refers to host values by node name, not by FX node, so that it can be
+pickled into AOTAutograd's cache (output_code.py); its constants are pickled
+as CPU tensors and go back to the graph's device when the plan is loaded.
 """
 import operator
+
+import torch
+
+
+class _Host:
+    """An argument of a host step that is the value of another host node."""
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __reduce__(self):
+        return _Host, (self.name,)
 
 
 class CallPlan:
     def __init__(self, serialized):
         self.inputs = serialized.inputs
-        self.host_inputs = serialized.host_inputs
-        self.host_nodes = serialized.host_nodes
-        self.outputs = serialized.outputs
+        self.host_inputs = [(node.name, i) for node, i in serialized.host_inputs]
+        self.host_steps = [
+            (node.name, node.target,
+             tuple(_Host(a.name) if isinstance(a, torch.fx.Node) else a for a in node.args))
+            for node in serialized.host_nodes]
+        self.outputs = [(kind, j.name if kind == "host" else j) for kind, j in serialized.outputs]
         self.device = serialized.device
-        self.trivial = not self.host_inputs and not self.host_nodes and all(
+        self.trivial = not self.host_inputs and not self.host_steps and all(
             kind == "arg" for kind, _ in self.inputs) and all(kind == "program" for kind, _ in self.outputs)
 
     def program_inputs(self, args: list) -> list:
@@ -33,11 +53,10 @@ class CallPlan:
         return t if t.device == self.device else t.to(self.device)
 
     def host_values(self, args: list) -> dict:
-        values = {node: args[i] for node, i in self.host_inputs}
-        for node in self.host_nodes:
-            fn = node.target
-            call_args = [values[a] if a in values else a for a in node.args]
-            values[node] = fn(*call_args) if callable(fn) else getattr(operator, fn)(*call_args)
+        values = {name: args[i] for name, i in self.host_inputs}
+        for name, fn, fn_args in self.host_steps:
+            call_args = [values[a.name] if isinstance(a, _Host) else a for a in fn_args]
+            values[name] = fn(*call_args) if callable(fn) else getattr(operator, fn)(*call_args)
         return values
 
     def results(self, program_outputs: list, host: dict):
@@ -45,3 +64,14 @@ class CallPlan:
             return program_outputs
         return [program_outputs[j] if kind == "program" else (host[j] if kind == "host" else None)
                 for kind, j in self.outputs]
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["inputs"] = [(kind, v.detach().cpu() if kind == "const" else v) for kind, v in self.inputs]
+        state["device"] = None if self.device is None else str(self.device)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.device = None if self.device is None else torch.device(self.device)
+        self.inputs = [(kind, v.to(self.device) if kind == "const" else v) for kind, v in self.inputs]

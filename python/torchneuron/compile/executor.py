@@ -38,26 +38,52 @@ class GraphInfo:
     debug_dir: str | None = None
 
 
+@dataclass
+class ProgramGraph:
+    """A graph lowered to a program, in the form AOTAutograd's cache pickles
+    (output_code.py): the compiler's input text, from which the program is
+    found in the program caches or compiled again, and the call plan."""
+    text: str
+    plan: calls.CallPlan
+    constant_folded: int
+
+
 def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dict | None = None):
+    """The runner of one AOT graph: a boxed callable whose `program_graph` is
+    its ProgramGraph, or None when the graph runs eagerly."""
     record = record if record is not None else {}
     try:
         with metrics.phase(record, f"fold_{info.kind}"):
             program_gm, constant_folded = constants.fold(gm)
         with metrics.phase(record, f"serialize_{info.kind}"):
             serialized = serialize.serialize(collectives.for_program(program_gm))
-        text = serialized.text
-        label = f"graph {info.graph_id} ({info.kind})"
-        compiled, cache_state = _program(text, info, label)
+        graph = ProgramGraph(serialized.text, calls.CallPlan(serialized), constant_folded)
+        compiled, cache_state = _program(graph.text, info, _label(info))
     except (serialize.Unsupported, NotImplementedError) as why:
         # NotImplementedError: the compiler's NotLowered (a node its kernels do not take).
         reason = str(why.args[0]).split("not lowered: ")[-1].split("\n")[0]
         metrics.note_program(record, info.kind, {"executor": "eager", "reason": reason})
         return _eager(gm, info)
+    return _runner(graph, compiled, cache_state, info, record)
+
+
+def load(graph: ProgramGraph, info: GraphInfo, record: dict | None = None):
+    """The runner of a graph AOTAutograd's cache returned: its program from
+    this process or the disk cache, or compiled again from the graph's text."""
+    compiled, cache_state = _program(graph.text, info, _label(info))
+    return _runner(graph, compiled, cache_state, info, record if record is not None else {})
+
+
+def _label(info: GraphInfo) -> str:
+    return f"graph {info.graph_id} ({info.kind})"
+
+
+def _runner(graph: ProgramGraph, compiled, cache_state: str, info: GraphInfo, record: dict):
     report = compiled.report
     metrics.note_program(record, info.kind, {
         "executor": "compiler", "reason": None, "cache": cache_state,
         "native_kernels": report["native_kernels"], "native_nodes": report["native_nodes"],
-        "reinplaced": report["reinplaced"], "folded": report["folded"], "constant_folded": constant_folded,
+        "reinplaced": report["reinplaced"], "folded": report["folded"], "constant_folded": graph.constant_folded,
         "library_calls": report["library_calls"],
         "extern_ops": dict(report["extern_ops"]), "collectives": collectives.count(report["extern_ops"]),
         "fused_groups": report["fused_groups"], "fused_nodes": report["fused_nodes"], "extern": report["extern"],
@@ -67,13 +93,13 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dic
     record["cache"] = states.pop() if len(states) == 1 else "partial"
     from . import debug
 
-    debug.dump_text(info.debug_dir, record, f"graph_{info.kind}.neurongraph", text)
+    debug.dump_text(info.debug_dir, record, f"graph_{info.kind}.neurongraph", graph.text)
     for ir_pass, ir in report["ir"].items():  # empty for a program from the cache
         if ir:
             debug.dump_text(info.debug_dir, record, f"ir_{info.kind}_{ir_pass}.txt", ir)
     debug.dump_text(info.debug_dir, record, f"program_{info.kind}.txt", compiled.describe())
 
-    plan = calls.CallPlan(serialized)
+    plan, label = graph.plan, _label(info)
 
     def run(args):
         inputs = plan.program_inputs(args)
@@ -87,6 +113,7 @@ def build(gm: torch.fx.GraphModule, example_inputs, info: GraphInfo, record: dic
 
     run._boxed_call = True
     run.compiled_graph = compiled
+    run.program_graph = graph
     return run
 
 
@@ -144,6 +171,7 @@ def _eager(gm, info):
             raise
 
     run._boxed_call = True
+    run.program_graph = None
     return run
 
 
