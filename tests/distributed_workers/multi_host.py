@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from collectives import (all_reduce_every_op, all_to_all_uneven, data_movement, make, ordering_async_and_hooks,
-                         point_to_point, same)
+                         point_to_point, point_to_point_one_by_one, same)
 from common import check, init, rank_env
 from faults import expect_error
 
@@ -82,6 +82,7 @@ def main():
         data_movement(rank, world, dev)
         all_to_all_uneven(rank, world, dev)
         point_to_point(rank, world, dev)
+        point_to_point_one_by_one(rank, world, dev)  # the ring crosses hosts
         ordering_async_and_hooks(rank, world, dev)
         # Collectives inside compiled programs take the hierarchical path too.
         import compiled
