@@ -22,11 +22,12 @@ Peers:
                CompileConfig(backend="inductor"), _compile_all_devices=True);
                its caches go to a fresh directory, so its compile is cold
 
-Our backend's program cache starts empty (a fresh TORCHNEURON_CACHE_DIR per case
-and dtype), so its first call is cold, as Inductor's; a second neuron process
-then runs the same case with that cache filled: its first call is the warm
-start (Dynamo and AOTAutograd trace again, the programs come from the disk
-cache; target: at most 1 s beyond Dynamo's tracing).
+Our backend's program cache and AOTAutograd's start empty (a fresh
+TORCHNEURON_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR per case and dtype), so its
+first call is cold, as Inductor's; a second neuron process then runs the same
+case with those caches filled: its first call is the warm start (Dynamo traces
+again; AOTAutograd's cache returns each graph with its program; target: at most
+1 s beyond Dynamo's tracing).
 
 Reported per case: the steady time per step (or tokens/s) of each peer and the
 ratios neuron/eager and neuron/inductor (targets: >= 1.5x eager on the block
@@ -185,12 +186,14 @@ def backend_share(peer):
     aot = sum(r["times_ms"].get("aot") or 0 for r in records)
     dynamo = sum(r["times_ms"].get("dynamo") or 0 for r in records)
     caches = sorted({r.get("cache") for r in records if r.get("cache")})
+    aot_caches = sorted({r.get("aot_cache") for r in records if r.get("aot_cache")})
     nodes = {}
     for r in records:
         for counts in r["nodes"].values():
             for kind, n in counts.items():
                 nodes[kind] = nodes.get(kind, 0) + n
-    return {"backend_ms": own, "aot_ms": aot, "dynamo_ms": dynamo, "caches": caches, "graphs": len(records),
+    return {"backend_ms": own, "aot_ms": aot, "dynamo_ms": dynamo, "caches": caches, "aot_caches": aot_caches,
+            "graphs": len(records),
             "nodes": nodes, "lowered": lowered_nodes(records),
             "executor": records[0]["executor"] if records else None}
 
@@ -306,7 +309,8 @@ def report(case, dtype_name, r, bandwidth):
     w = r.get("neuron_warm")
     if w:
         beyond = (w["aot_ms"] + w["backend_ms"]) / 1e3
-        print(f"  {'':<12}warm start (programs from the disk cache: {', '.join(w['caches'])}): first call "
+        print(f"  {'':<12}warm start (programs: {', '.join(w['caches'])}; AOTAutograd's cache: "
+              f"{', '.join(w['aot_caches'])}): first call "
               f"{w['first_s']:.2f} s, of which Dynamo {w['dynamo_ms'] / 1e3:.2f} s, AOTAutograd {w['aot_ms'] / 1e3:.2f} s, "
               f"backend {w['backend_ms']:.0f} ms; {beyond:.2f} s beyond Dynamo's tracing before running", flush=True)
     if decode:
@@ -346,8 +350,10 @@ def main():
               + f"{'vs eager':>11}{'vs induct':>11}")
         for case in args.only:
             results = {}
-            # Our program cache, empty for the cold peer, then filled for the warm one.
+            # Our program cache and AOTAutograd's, empty for the cold peer, then
+            # filled for the warm one (Inductor's peer gets a fresh one of its own).
             os.environ["TORCHNEURON_CACHE_DIR"] = tempfile.mkdtemp(prefix="neuron-bench-")
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="neuron-bench-torch-")
             for peer in PEERS + ("neuron_warm",):
                 device = "cpu" if peer == "inductor" else "neuron"
                 results[peer] = measure_in_fresh_process(

@@ -65,13 +65,21 @@ class CallPlan:
         return [program_outputs[j] if kind == "program" else (host[j] if kind == "host" else None)
                 for kind, j in self.outputs]
 
+    # AOTAutograd saves and loads its cache entries under its fake tensor mode:
+    # constants are real tensors, copied outside it.
     def __getstate__(self):
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
         state = dict(self.__dict__)
-        state["inputs"] = [(kind, v.detach().cpu() if kind == "const" else v) for kind, v in self.inputs]
+        with unset_fake_temporarily():
+            state["inputs"] = [(kind, v.detach().cpu() if kind == "const" else v) for kind, v in self.inputs]
         state["device"] = None if self.device is None else str(self.device)
         return state
 
     def __setstate__(self, state):
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
         self.__dict__.update(state)
         self.device = None if self.device is None else torch.device(self.device)
-        self.inputs = [(kind, v.to(self.device) if kind == "const" else v) for kind, v in self.inputs]
+        with unset_fake_temporarily():
+            self.inputs = [(kind, v.to(self.device) if kind == "const" else v) for kind, v in self.inputs]
