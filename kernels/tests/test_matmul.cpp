@@ -130,6 +130,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"nt_rows1_f16_tails", 1, 45, 13, true, Bias::kNone, D::kFloat16, 1},
         Case{"nt_rows2_tails_f16", 2, 45, 23, true, Bias::kFull, D::kFloat16, 1},
         Case{"nt_rows2_bf16", 2, 64, 12, true, Bias::kNone, D::kBFloat16, 0},
+        // bfloat16 column streams (one and two rows): vector steps and a scalar tail,
+        // strided rows.
+        Case{"nt_rows1_bf16_tails", 1, 200, 19, true, Bias::kColumns, D::kBFloat16, 3},
+        Case{"nt_rows2_bf16_tails", 2, 333, 11, true, Bias::kFull, D::kBFloat16, 5},
         Case{"nt_rows3_tails_bias", 3, 37, 23, true, Bias::kColumns, D::kFloat32, 5},
         Case{"nt_rows4_bf16_tails", 4, 77, 14, true, Bias::kColumns, D::kBFloat16, 2},
         Case{"nt_rows5_bf16", 5, 130, 9, true, Bias::kFull, D::kBFloat16, 3},
