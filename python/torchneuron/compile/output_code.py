@@ -26,7 +26,7 @@ import pickle
 
 from torch._inductor.output_code import OutputCode
 
-from . import executor, options
+from . import executor, metrics, options
 
 # (record, Options) of the graph the backend is compiling: a cache hit calls
 # post_compile inside the backend's AOTAutograd call, without our compilers.
@@ -76,7 +76,9 @@ class NeuronOutputCode(OutputCode):
         record, opts = _compiling.get() or ({}, options.resolve())
         graph = pickle.loads(self._pickled_graph)
         info = executor.GraphInfo(record.get("graph_id", -1), self.kind, opts.mode, opts.debug_dir)
-        self._runner = executor.load(graph, info, record)
+        timing = metrics.phase(record, f"executor_{self.kind}") if record else contextlib.nullcontext()
+        with timing:
+            self._runner = executor.load(graph, info, record)
         self.program_graph, self._pickled_graph = graph, None
 
     def set_triton_bundle(self, triton_bundle) -> None:
