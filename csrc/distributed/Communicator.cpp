@@ -234,6 +234,11 @@ void Communicator::ended(size_t n) {
   if (in_flight_ == 0) p2p_cv_.notify_all();
 }
 
+bool Communicator::messages_in_flight() {
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  return in_flight_ != 0;
+}
+
 void Communicator::drain() {
   std::unique_lock<std::mutex> lock(p2p_mu_);
   p2p_cv_.wait(lock, [this] { return in_flight_ == 0; });

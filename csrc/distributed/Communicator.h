@@ -78,6 +78,8 @@ class Communicator {
   // abort()). Every collective calls it first, so messages and collectives
   // keep the order they were issued in.
   void drain();
+  // Whether a posted message has not ended yet (drain() would wait).
+  bool messages_in_flight();
 
   // Takes part in the peers' current collective only to fail it with
   // `message` (neuroncoll's Group::fail): a rank that cannot run its part

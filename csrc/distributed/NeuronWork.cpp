@@ -12,12 +12,30 @@
 
 namespace torchneuron {
 
+namespace {
+
+// A boolean variable: 1/true/yes/on, 0/false/no/off, else `unset`.
+bool env_flag(const char* name, bool unset) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return unset;
+  for (const char* on : {"1", "true", "yes", "on"}) {
+    if (!std::strcmp(v, on)) return true;
+  }
+  for (const char* off : {"0", "false", "no", "off"}) {
+    if (!std::strcmp(v, off)) return false;
+  }
+  return unset;
+}
+
+}  // namespace
+
 bool dist_blocking_wait() {
-  static const bool on = [] {
-    const char* v = std::getenv("TORCHNEURON_DIST_BLOCKING_WAIT");
-    return v && (!std::strcmp(v, "1") || !std::strcmp(v, "true") || !std::strcmp(v, "yes") ||
-                 !std::strcmp(v, "on"));
-  }();
+  static const bool on = env_flag("TORCHNEURON_DIST_BLOCKING_WAIT", false);
+  return on;
+}
+
+bool dist_inline() {
+  static const bool on = env_flag("TORCHNEURON_DIST_INLINE", true);
   return on;
 }
 

@@ -59,5 +59,8 @@ class NeuronWork final : public c10d::Work {
 
 // TORCHNEURON_DIST_BLOCKING_WAIT=1: every wait() blocks the host (read once).
 bool dist_blocking_wait();
+// TORCHNEURON_DIST_INLINE (default on; 0 turns it off): a collective whose
+// caller waits at once may run on the caller's thread (ProcessGroupNeuron).
+bool dist_inline();
 
 }  // namespace torchneuron

@@ -56,8 +56,9 @@ void ProcessGroupNeuron::shutdown() {
   // future's callback on the queue may need it. abort() ends them at once.
   // Sends and receives the queue posted end on the progress thread.
   Communicator* group = group_.get();
-  if (queue != nullptr) blocking_wait([queue, group] {
+  if (queue != nullptr) blocking_wait([this, queue, group] {
     nrtStreamSynchronize(queue);
+    std::lock_guard<std::mutex> run(run_mu_);  // an inline run of another thread
     group->drain();
   });
   int expected = 0;
@@ -93,23 +94,33 @@ nrtStream_t ProcessGroupNeuron::queue_for(c10::DeviceIndex device, const char* n
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, const char* name,
                                                            c10::DeviceIndex device,
                                                            std::vector<at::Tensor> outputs,
-                                                           Body body) {
-  return enqueue_work(c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs)), name,
-                      device, [body = std::move(body)](Communicator& g, Finish finish) {
-                        std::exception_ptr error;
-                        try {
-                          body(g);
-                        } catch (...) {
-                          error = std::current_exception();
-                        }
-                        finish(error);
-                      });
+                                                           bool async_op, Body body) {
+  auto work = c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs));
+  nrtStream_t queue = prepare(*work, name, device);
+  if (!async_op && run_inline(device, *work, body)) return work;
+  submit(queue, device, name, work, [body = std::move(body)](Communicator& g, Finish finish) {
+    std::exception_ptr error;
+    try {
+      body(g);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    finish(error);
+  });
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_work(c10::intrusive_ptr<NeuronWork> work,
                                                                 const char* name,
                                                                 c10::DeviceIndex device,
                                                                 AsyncBody body) {
+  nrtStream_t queue = prepare(*work, name, device);
+  submit(queue, device, name, work, std::move(body));
+  return work;
+}
+
+nrtStream_t ProcessGroupNeuron::prepare(NeuronWork& work, const char* name,
+                                        c10::DeviceIndex device) {
   if (const int ended = ended_.load()) {
     C10_THROW_ERROR(DistBackendError,
                     std::string("[neuron] ") + name + ": the process group was " +
@@ -117,12 +128,45 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_work(c10::intrusive_p
                         " on rank " + std::to_string(rank_));
   }
   nrtStream_t queue = queue_for(device, name);
-  work->bind(device);
+  work.bind(device);
   std::vector<c10::intrusive_ptr<c10d::Work>> finished;
   {
     std::lock_guard<std::mutex> lock(mu_);
     finished.swap(retired_);  // released here, on the caller's thread
   }
+  return queue;
+}
+
+bool ProcessGroupNeuron::run_inline(c10::DeviceIndex device, NeuronWork& work, const Body& body) {
+  // Not from a stream's worker (a future's callback on the queue), nor while
+  // messages move (a callback on the thread that ended one would wait for
+  // itself in the collective's drain()).
+  if (!dist_inline() || neuronrt::on_worker_thread() || group_->messages_in_flight()) return false;
+  // Everything the caller's stream queued has run: the collective sees it.
+  if (nrtStreamQuery(current_stream_handle(device)) != nrtSuccess) return false;
+  std::unique_lock<std::mutex> run(run_mu_, std::defer_lock);
+  {
+    std::lock_guard<std::mutex> issue(issue_mu_);
+    // Every collective issued before this one has run (no task queued, no
+    // inline run holding the group); those issued later wait for run_mu_.
+    if (queued_.load(std::memory_order_acquire) != 0 || !run.try_lock()) return false;
+  }
+  inline_runs_.fetch_add(1, std::memory_order_relaxed);
+  std::exception_ptr error;
+  blocking_wait([&] {  // the collective waits for its peers without the GIL
+    try {
+      body(*group_);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  run.unlock();  // before the future's callbacks, which may issue collectives
+  work.complete(error);
+  return true;
+}
+
+void ProcessGroupNeuron::submit(nrtStream_t queue, c10::DeviceIndex device, const char* name,
+                                c10::intrusive_ptr<NeuronWork> work, AsyncBody body) {
   // The collective waits for what the caller's stream has queued so far
   // (nothing to wait for when that stream is idle: small collectives skip
   // the event).
@@ -138,16 +182,35 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_work(c10::intrusive_p
   Communicator* group = group_.get();
   // The task never fails on the stream: the collective's error belongs to
   // its work (raised by wait()), and later collectives must still run.
-  NEURON_TRY {
-    neuronrt::launch(queue, name, [this, work, group, body = std::move(body)]() mutable {
-      body(*group, [this, work = std::move(work)](std::exception_ptr error) mutable {
-        work->complete(error);
-        retire(std::move(work));
-      });
+  launch_on_queue(queue, name, [this, work, group, body = std::move(body)]() mutable {
+    body(*group, [this, work = std::move(work)](std::exception_ptr error) mutable {
+      work->complete(error);
+      retire(std::move(work));
     });
+  });
+}
+
+void ProcessGroupNeuron::launch_on_queue(nrtStream_t queue, const char* name,
+                                         std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> issue(issue_mu_);
+    queued_.fetch_add(1, std::memory_order_relaxed);
+  }
+  NEURON_TRY {
+    try {
+      neuronrt::launch(queue, name, [this, task = std::move(task)]() {
+        {
+          std::lock_guard<std::mutex> run(run_mu_);
+          task();
+        }
+        queued_.fetch_sub(1, std::memory_order_release);
+      });
+    } catch (...) {
+      queued_.fetch_sub(1, std::memory_order_release);
+      throw;
+    }
   }
   NEURON_CATCH
-  return work;
 }
 
 void ProcessGroupNeuron::enqueue_program_step(const char* name, c10::DeviceIndex device,
@@ -165,10 +228,7 @@ void ProcessGroupNeuron::enqueue_program_step(const char* name, c10::DeviceIndex
     finished.swap(retired_);
   }
   Communicator* group = group_.get();
-  NEURON_TRY {
-    neuronrt::launch(queue, name, [group, body = std::move(body)]() { body(*group); });
-  }
-  NEURON_CATCH
+  launch_on_queue(queue, name, [group, body = std::move(body)]() { body(*group); });
 }
 
 const at::Tensor& ProcessGroupNeuron::single(const std::vector<at::Tensor>& ts, const char* name) {
@@ -196,7 +256,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOp
     std::lock_guard<std::mutex> lock(mu_);
     if (device_ >= 0) device = device_;
   }
-  return enqueue(c10d::OpType::BARRIER, "barrier", device, {},
+  return enqueue(c10d::OpType::BARRIER, "barrier", device, {}, opts.asyncOp,
                  [](Communicator& g) { check_status(g.barrier()); });
 }
 

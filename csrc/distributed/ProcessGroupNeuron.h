@@ -7,7 +7,9 @@
 // caller's current stream (so it sees every value queued before it), and all
 // collectives of the group run one after another in the order they were
 // issued, whatever stream issued them, so ranks cannot disagree on the order.
-// Work::wait() orders the caller's current stream after the collective
+// A collective whose caller waits at once (c10d's asyncOp false) runs on the
+// caller's thread instead when nothing is pending there or on the queue
+// (run_inline), in the same order. Work::wait() orders the caller's current stream after the collective
 // without blocking the host (NeuronWork.h); get_future() completes with the
 // outputs. Errors of neuroncoll (mismatch, timeout naming the missing ranks,
 // a peer's error) are raised as DistBackendError; after a timeout
@@ -132,6 +134,8 @@ class ProcessGroupNeuron final : public c10d::Backend {
 
   // Which paths this rank's collectives took (tests, profiling).
   neuroncoll::GroupStats stats() const;
+  // Collectives that ran on the caller's thread (enqueue()).
+  uint64_t inline_runs() const { return inline_runs_.load(std::memory_order_relaxed); }
   const HostTopology& topology() const { return group_->topology(); }
 
  private:
@@ -142,14 +146,33 @@ class ProcessGroupNeuron final : public c10d::Backend {
   // thread (point to point, which does not hold the queue).
   using AsyncBody = std::function<void(Communicator&, Finish)>;
   // Queues `body` on the group's queue behind the current stream of
-  // `device`; the work completes with `outputs`.
+  // `device`; the work completes with `outputs`. `async_op` is c10d's
+  // option: false when the caller waits for the work at once. Then, if the
+  // caller's stream and the group's queue have nothing pending, `body` runs
+  // on the calling thread instead (run_inline), and the work is complete on
+  // return.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
                                          c10::DeviceIndex device, std::vector<at::Tensor> outputs,
-                                         Body body);
-  // The same with a work made earlier (the coalesced one).
+                                         bool async_op, Body body);
+  // Queues `body` with a work made earlier (point to point, the coalesced
+  // one); never inline.
   c10::intrusive_ptr<c10d::Work> enqueue_work(c10::intrusive_ptr<NeuronWork> work,
                                               const char* name, c10::DeviceIndex device,
                                               AsyncBody body);
+  // What every collective does first: refuses an ended group, binds `work`
+  // to `device` and releases retired works; returns the group's queue.
+  nrtStream_t prepare(NeuronWork& work, const char* name, c10::DeviceIndex device);
+  // Runs `body` on the calling thread and completes `work` if the caller's
+  // current stream and the group's queue are idle and no other inline run
+  // holds the group and no point-to-point message is in flight; false
+  // (nothing done) otherwise.
+  bool run_inline(c10::DeviceIndex device, NeuronWork& work, const Body& body);
+  // Queues `body` behind the caller's current stream.
+  void submit(nrtStream_t queue, c10::DeviceIndex device, const char* name,
+              c10::intrusive_ptr<NeuronWork> work, AsyncBody body);
+  // Launches `task` on the group's queue as a collective's turn: counted in
+  // queued_ until it ran, and run under run_mu_.
+  void launch_on_queue(nrtStream_t queue, const char* name, std::function<void()> task);
   // A send or receive recorded while coalescing: the coalesced work.
   c10::intrusive_ptr<c10d::Work> record_p2p(bool is_send, const at::Tensor& t, int peer, int tag,
                                             neuroncoll::DType dt);
@@ -171,6 +194,17 @@ class ProcessGroupNeuron final : public c10d::Backend {
   nrtStream_t queue_ = nullptr;
   c10::DeviceIndex device_ = -1;
   std::vector<c10::intrusive_ptr<c10d::Work>> retired_;  // guarded by mu_
+  // Issue order of the group's collectives. Each is issued under issue_mu_,
+  // either as a task for queue_ (counted in queued_ until it has run) or,
+  // when no task is counted, as an inline run on the caller's thread, which
+  // takes run_mu_ before issue_mu_ is released. Every such task runs under
+  // run_mu_, so a task issued after an inline run waits for it, and an
+  // inline run never starts while a task issued before it is queued or
+  // running, nor while another inline run is.
+  std::mutex issue_mu_;
+  std::mutex run_mu_;
+  std::atomic<int> queued_{0};
+  std::atomic<uint64_t> inline_runs_{0};
 
   // Between startCoalescing() and endCoalescing() (the caller's thread only).
   struct P2P {

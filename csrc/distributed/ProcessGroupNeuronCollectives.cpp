@@ -114,7 +114,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
   const at::Tensor& t = single(tensors, "all_reduce");
   AllReduceStep step = all_reduce_step(t, opts.reduceOp, "all_reduce");
   return enqueue(c10d::OpType::ALLREDUCE, "all_reduce", t.device().index(), {t},
-                 [step](Group& g) { step.run(g); });
+                 opts.asyncOp, [step](Group& g) { step.run(g); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
@@ -125,7 +125,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
     steps.push_back(all_reduce_step(t, opts.reduceOp, "all_reduce_coalesced"));
   }
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced",
-                 tensors[0].device().index(), tensors, [steps](Group& g) {
+                 tensors[0].device().index(), tensors, opts.asyncOp, [steps](Group& g) {
                    for (const AllReduceStep& s : steps) s.run(g);
                  });
 }
@@ -138,7 +138,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
   const neuroncoll::DType dt = coll_dtype(t.scalar_type(), "broadcast");
   StagedTensor buf = stage(t, rank_ == root);
   return enqueue(c10d::OpType::BROADCAST, "broadcast", t.device().index(), {t},
-                 [buf, dt, root](Group& g) {
+                 opts.asyncOp, [buf, dt, root](Group& g) {
                    check_status(g.broadcast(buf.data(), buf.count(), dt, root));
                    buf.copy_back();
                  });
@@ -151,7 +151,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
   const int root = static_cast<int>(opts.rootRank);
   AllReduceStep s = all_reduce_step(t, opts.reduceOp, "reduce");
   return enqueue(c10d::OpType::REDUCE, "reduce", t.device().index(), {t},
-                 [s, root](Group& g) {
+                 opts.asyncOp, [s, root](Group& g) {
                    check_status(g.reduce(s.t.data(), s.t.data(), s.t.count(), s.dt, s.op, root,
                                          s.factor.value()));
                    if (g.rank() == root) s.t.copy_back();
@@ -162,7 +162,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   AllGatherStep s = all_gather_step(output, input, size_, "all_gather_into_tensor");
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor",
-                 input.device().index(), {output}, [s](Group& g) { s.run(g); });
+                 input.device().index(), {output}, opts.asyncOp, [s](Group& g) { s.run(g); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesced(
@@ -177,7 +177,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesc
     steps.push_back(all_gather_step(outputs[i], inputs[i], size_, name));
   }
   return enqueue(c10d::OpType::COALESCED, name, inputs[0].device().index(), outputs,
-                 [steps](Group& g) {
+                 opts.asyncOp, [steps](Group& g) {
                    for (const AllGatherStep& s : steps) s.run(g);
                  });
 }
@@ -195,7 +195,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
   const neuroncoll::DType dt = coll_dtype(in.scalar_type(), "all_gather");
   std::vector<at::Tensor> outs = task_aliases(outputs[0]);
   return enqueue(c10d::OpType::ALLGATHER, "all_gather", in.device().index(), outputs[0],
-                 [src, flat, dt, outs](Group& g) {
+                 opts.asyncOp, [src, flat, dt, outs](Group& g) {
                    check_status(g.all_gather(src.data_ptr(), flat.data_ptr(),
                                              static_cast<size_t>(src.numel()), dt));
                    unpack(flat, outs);
@@ -229,7 +229,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     flats.push_back(task_alias(flat_buffer(inputs[i], inputs[i].numel() * size_)));
   }
   return enqueue(c10d::OpType::ALLGATHER_COALESCED, name, inputs[0].device().index(),
-                 all_outputs, [srcs, flats, per_input, name](Group& g) {
+                 all_outputs, opts.asyncOp, [srcs, flats, per_input, name](Group& g) {
                    for (size_t i = 0; i < srcs.size(); ++i) {
                      check_status(g.all_gather(srcs[i].data_ptr(), flats[i].data_ptr(),
                                                static_cast<size_t>(srcs[i].numel()),
@@ -261,7 +261,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
   const neuroncoll::DType dt = coll_dtype(in.scalar_type(), "gather");
   std::vector<at::Tensor> user_outs = rank_ == root ? outputs[0] : std::vector<at::Tensor>();
   return enqueue(c10d::OpType::GATHER, "gather", in.device().index(), user_outs,
-                 [src, flat, dt, root, outs](Group& g) {
+                 opts.asyncOp, [src, flat, dt, root, outs](Group& g) {
                    check_status(g.gather(src.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr,
                                          static_cast<size_t>(src.numel()), dt, root));
                    if (flat.defined()) unpack(flat, outs);
@@ -289,7 +289,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
   at::Tensor flat = rank_ == root ? task_alias(flat_buffer(out, out.numel() * size_)) : at::Tensor();
   const neuroncoll::DType dt = coll_dtype(out.scalar_type(), "scatter");
   return enqueue(c10d::OpType::SCATTER, "scatter", out.device().index(), {out},
-                 [dst, flat, ins, dt, root](Group& g) {
+                 opts.asyncOp, [dst, flat, ins, dt, root](Group& g) {
                    if (flat.defined()) pack(ins, flat);
                    check_status(g.scatter(flat.defined() ? flat.data_ptr() : nullptr, dst.data(),
                                           dst.count(), dt, root));
@@ -302,7 +302,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
   ReduceScatterStep s =
       reduce_scatter_step(output, input, opts.reduceOp, size_, "reduce_scatter_tensor");
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor",
-                 input.device().index(), {output}, [s](Group& g) { s.run(g); });
+                 input.device().index(), {output}, opts.asyncOp, [s](Group& g) { s.run(g); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
@@ -317,7 +317,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
     steps.push_back(reduce_scatter_step(outputs[i], inputs[i], opts.reduceOp, size_, name));
   }
   return enqueue(c10d::OpType::COALESCED, name, inputs[0].device().index(), outputs,
-                 [steps](Group& g) {
+                 opts.asyncOp, [steps](Group& g) {
                    for (const ReduceScatterStep& s : steps) s.run(g);
                  });
 }
@@ -334,7 +334,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
   at::Tensor flat = flat_buffer(out, out.numel() * size_);
   ReduceScatterStep s = reduce_scatter_step(out, flat, opts.reduceOp, size_, "reduce_scatter");
   return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out.device().index(), {out},
-                 [s, ins](Group& g) {
+                 opts.asyncOp, [s, ins](Group& g) {
                    pack(ins, s.in);
                    s.run(g);
                  });
@@ -354,7 +354,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
   at::Tensor src = contiguous_input(input);
   StagedTensor dst = stage(output, false);
   return enqueue(c10d::OpType::ALLTOALL_BASE, name, input.device().index(), {output},
-                 [src, dst, send, recv, dt](Group& g) {
+                 opts.asyncOp, [src, dst, send, recv, dt](Group& g) {
                    check_status(g.all_to_all(src.data_ptr(), send, dst.data(), recv, dt));
                    dst.copy_back();
                  });
@@ -387,7 +387,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
   at::Tensor dst = task_alias(flat_buffer(inputs[0], recv_total));
   std::vector<at::Tensor> ins = task_aliases(inputs), outs = task_aliases(outputs);
   return enqueue(c10d::OpType::ALLTOALL, name, inputs[0].device().index(), outputs,
-                 [src, dst, ins, outs, send, recv, dt](Group& g) {
+                 opts.asyncOp, [src, dst, ins, outs, send, recv, dt](Group& g) {
                    pack(ins, src);
                    check_status(g.all_to_all(src.data_ptr(), send, dst.data_ptr(), recv, dt));
                    unpack(dst, outs);

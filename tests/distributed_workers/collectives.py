@@ -293,6 +293,75 @@ def ordering_async_and_hooks(rank, world, dev):
     dist.barrier()
 
 
+def inline_ordering(rank, world, dev):
+    # A collective whose caller waits at once (async_op=False) runs on the caller's
+    # thread when the caller's stream and the group's queue are idle; otherwise it is
+    # queued. Either way it sees what the stream queued before it, and the group's
+    # collectives keep one order on every rank (a rank may run a collective inline
+    # while another queues it: the sizes differ per step, so a reordering would fail
+    # with a mismatch). Bounded: every wait has the group's 60 s timeout.
+    backend = dist.distributed_c10d._get_default_group()._get_backend(dev)
+    before = backend._stats()["inline_collectives"]
+    total = float(sum(range(1, world + 1)))
+    # An eager op queued right before an all_reduce of its output (stream busy: the
+    # all_reduce is queued behind it), then on an idle stream (inline).
+    big = torch.full((256, 256), 1.0 / 256, device=dev)
+    for _ in range(3):
+        x = torch.full((256,), float(rank + 1), device=dev)
+        for _ in range(20):
+            x = big @ x
+        dist.all_reduce(x)
+        same(x, torch.full((256,), total), "all_reduce of an op's output queued just before")
+        torch.neuron.synchronize()
+        y = torch.full((7,), float(rank + 1), device=dev)
+        torch.neuron.synchronize()
+        dist.all_reduce(y)
+        same(y * 2, torch.full((7,), 2 * total), "all_reduce on an idle stream, then an op on its result")
+    # Many small collectives interleaved with device ops on two streams, some issued
+    # async, some after a host synchronization, rank 0 sometimes late.
+    side = torch.neuron.Stream()
+    pending = []
+    for i in range(60):
+        n = 1 + i % 9
+        stream = side if i % 2 else torch.neuron.current_stream()
+        with torch.neuron.stream(stream):
+            v = torch.full((n,), float(rank + 1), device=dev) * (i + 1)
+            if i % 5 == 0:
+                stream.synchronize()
+            if rank == 0 and i % 7 == 0:
+                time.sleep(0.002)
+            if i % 3 == 0:
+                pending.append((dist.all_reduce(v, async_op=True), v, i, n, stream))
+            else:
+                dist.all_reduce(v)
+                v.add_(0.5)  # ordered after the collective
+                pending.append((None, v, i, n, stream))
+    for work, v, i, n, stream in pending:
+        if work is not None:
+            with torch.neuron.stream(stream):
+                work.wait()
+                v.add_(0.5)
+        torch.neuron.current_stream().wait_stream(stream)
+        same(v, torch.full((n,), total * (i + 1) + 0.5), f"interleaved collective {i}")
+    # A collective right after point-to-point messages reduces what was received.
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    for n in (3, 200_000):
+        got = torch.empty(n, device=dev)
+        sent = torch.full((n,), float(rank + 1), device=dev)
+        torch.neuron.synchronize()
+        reqs = [dist.isend(sent, nxt), dist.irecv(got, prv)]
+        torch.neuron.synchronize()
+        dist.all_reduce(got)
+        for r in reqs:
+            r.wait()
+        same(got, torch.full((n,), total), f"all_reduce right after isend/irecv of {n}")
+    ran = backend._stats()["inline_collectives"] - before
+    if os.environ.get("TORCHNEURON_DIST_INLINE") == "0":
+        check(ran == 0, f"{ran} collectives ran inline with TORCHNEURON_DIST_INLINE=0")
+    else:
+        check(ran > 0, "no collective ran on the caller's thread")
+
+
 def main():
     mode = sys.argv[1]
     rank, world, local_rank = rank_env()
@@ -322,6 +391,7 @@ def main():
     point_to_point_one_by_one(rank, world, dev)
     ordering_async_and_hooks(rank, world, dev)
     wait_does_not_block_the_host(rank, world, dev)
+    inline_ordering(rank, world, dev)
     if mode == "mixed":  # CPU tensors go to gloo in the same group
         c = torch.ones(3) * rank
         dist.all_reduce(c)

@@ -41,13 +41,14 @@ def main():
     expect_error(lambda: dist.all_reduce(bad, op=dist.ReduceOp.BAND))
     # A collective that fails after wait() returned (rank 0 does not wait for the late
     # peer): the stream that waited reports it at its next synchronization, as the
-    # DistBackendError it is.
+    # DistBackendError it is. (async_op=True: a synchronous call on idle streams runs
+    # on the caller's thread and raises at once, as the mismatches above did.)
     late = torch.ones(4 + rank, device=dev)
     if rank != 0:
         time.sleep(0.5)
         expect_error(lambda: dist.all_reduce(late), "mismatch")
     else:
-        dist.all_reduce(late)  # returns at once
+        dist.all_reduce(late, async_op=True).wait()  # returns at once
         try:
             torch.neuron.current_stream().synchronize()
         except dist.DistBackendError as e:
