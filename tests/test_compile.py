@@ -515,6 +515,35 @@ def test_fallback_eager_runs_the_graph_with_one_warning(monkeypatch):
     assert "input L['x']" in records()[-1]["fallback"]
 
 
+def test_fallback_eager_covers_a_backward_that_fails_to_compile(monkeypatch):
+    """A training graph's backward is compiled with its forward (for AOTAutograd's
+    cache), so a backward the executor cannot build falls back with the forward:
+    the graph runs eagerly, gradients equal CPU's; with fallback='raise' the error
+    names the backward."""
+    from torchneuron.compile import executor
+
+    build = executor.build
+
+    def no_backward(gm, example_inputs, info, record=None):
+        if info.kind == "backward":
+            raise RuntimeError("this backward cannot be built")
+        return build(gm, example_inputs, info, record)
+
+    monkeypatch.setattr(executor, "build", no_backward)
+    model, cpu = pair(lambda: torch.nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed,
+                       match=r"\(backward\): the executor failed: .*cannot be built"):
+        torch.compile(model, backend="neuron")(x.to("neuron"))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="neuron", options={"fallback": "eager"})
+    with pytest.warns(UserWarning, match=r"\(backward\): the executor failed"):
+        compiled(x.to("neuron")).sum().backward()
+    cpu(x).sum().backward()
+    torch.testing.assert_close(model.weight.grad.cpu(), cpu.weight.grad, **TOL)
+    assert "(backward)" in records()[-1]["fallback"]
+
+
 def test_options_are_validated():
     x = torch.ones(2, device="neuron")
     with pytest.raises(Exception, match=r"unknown option\(s\) \['bogus'\]; valid options .*'debug_dir', 'fallback'"):
