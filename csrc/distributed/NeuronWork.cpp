@@ -53,7 +53,10 @@ bool NeuronWork::host_wait(std::chrono::milliseconds timeout) {
   bool done = false;
   // The queue's worker may need the GIL (a tensor's last reference), so the
   // wait releases it.
-  blocking_wait([&] { done = c10d::Work::wait(timeout); });
+  blocking_wait([&] {
+    if (run_here_ && !isCompleted()) run_here_(timeout);  // no hand-off back from the queue's thread
+    done = c10d::Work::wait(timeout);
+  });
   return done;
 }
 

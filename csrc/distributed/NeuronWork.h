@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -38,6 +39,11 @@ class NeuronWork final : public c10d::Work {
   void bind(c10::DeviceIndex device) { device_ = device; }
   // Called on the queue's worker thread when the collective has run.
   void complete(std::exception_ptr error);
+  // Set before the work is queued: a host wait calls `fn` with its timeout
+  // first, which may run the collective on the waiting thread
+  // (ProcessGroupNeuron::take_turn).
+  using RunHere = std::function<void(std::chrono::milliseconds)>;
+  void set_run_here(RunHere fn) { run_here_ = std::move(fn); }
 
  private:
   // Completion as tasks on other streams wait for it: shared, so that such
@@ -55,6 +61,7 @@ class NeuronWork final : public c10d::Work {
   std::shared_ptr<Done> done_ = std::make_shared<Done>();
   c10::DeviceIndex device_ = -1;
   const char* name_;
+  RunHere run_here_;
 };
 
 // TORCHNEURON_DIST_BLOCKING_WAIT=1: every wait() blocks the host (read once).

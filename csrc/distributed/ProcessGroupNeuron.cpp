@@ -15,6 +15,19 @@
 #include "neuronrt/neuronrt.hpp"
 
 namespace torchneuron {
+namespace {
+
+// Runs a collective's body; its error, if any.
+std::exception_ptr run_body(const std::function<void(Communicator&)>& body, Communicator& g) {
+  try {
+    body(g);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                        int size, std::chrono::milliseconds timeout,
@@ -98,15 +111,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
   auto work = c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs));
   nrtStream_t queue = prepare(*work, name, device);
   if (!async_op && run_inline(device, *work, body)) return work;
-  submit(queue, device, name, work, [body = std::move(body)](Communicator& g, Finish finish) {
-    std::exception_ptr error;
-    try {
-      body(g);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    finish(error);
-  });
+  auto turn = std::make_shared<Turn>();
+  turn->body = std::move(body);
+  // A thread that waits for the work on the host may run it itself, when
+  // it has no event of the caller's stream to wait for.
+  if (!order_after_caller(queue, device) && dist_inline()) {
+    work->set_run_here([this, turn, w = work.get()](std::chrono::milliseconds timeout) {
+      take_turn(*turn, *w, timeout);
+    });
+  }
+  Communicator* group = group_.get();
+  launch_on_queue(
+      queue, name,
+      [this, work, group, turn]() mutable {
+        if (!turn->taken) work->complete(run_body(turn->body, *group));
+        retire(std::move(work));
+      },
+      &turn->ticket);
   return work;
 }
 
@@ -149,36 +170,53 @@ bool ProcessGroupNeuron::run_inline(c10::DeviceIndex device, NeuronWork& work, c
     std::lock_guard<std::mutex> issue(issue_mu_);
     // Every collective issued before this one has run (no task queued, no
     // inline run holding the group); those issued later wait for run_mu_.
-    if (queued_.load(std::memory_order_acquire) != 0 || !run.try_lock()) return false;
+    if (ran_through_.load() != issued_ || !run.try_lock()) return false;
   }
   inline_runs_.fetch_add(1, std::memory_order_relaxed);
   std::exception_ptr error;
-  blocking_wait([&] {  // the collective waits for its peers without the GIL
-    try {
-      body(*group_);
-    } catch (...) {
-      error = std::current_exception();
-    }
-  });
+  // The collective waits for its peers without the GIL.
+  blocking_wait([&] { error = run_body(body, *group_); });
   run.unlock();  // before the future's callbacks, which may issue collectives
   work.complete(error);
   return true;
 }
 
-void ProcessGroupNeuron::submit(nrtStream_t queue, c10::DeviceIndex device, const char* name,
-                                c10::intrusive_ptr<NeuronWork> work, AsyncBody body) {
+void ProcessGroupNeuron::take_turn(Turn& turn, NeuronWork& work,
+                                   std::chrono::milliseconds timeout) {
+  // A shorter wait must be able to give up while the collective goes on.
+  if (neuronrt::on_worker_thread() || (timeout != kNoTimeout && timeout < timeout_)) return;
+  std::unique_lock<std::mutex> run(run_mu_, std::defer_lock);
+  {
+    std::lock_guard<std::mutex> issue(issue_mu_);
+    if (ran_through_.load() + 1 != turn.ticket || !run.try_lock()) return;
+  }
+  if (turn.taken) return;
+  turn.taken = true;
+  inline_runs_.fetch_add(1, std::memory_order_relaxed);
+  std::exception_ptr error = run_body(turn.body, *group_);
+  ran(turn.ticket);
+  run.unlock();
+  work.complete(error);
+}
+
+bool ProcessGroupNeuron::order_after_caller(nrtStream_t queue, c10::DeviceIndex device) {
   // The collective waits for what the caller's stream has queued so far
   // (nothing to wait for when that stream is idle: small collectives skip
   // the event).
   nrtStream_t caller = current_stream_handle(device);
-  if (nrtStreamQuery(caller) != nrtSuccess) {
-    nrtEvent_t ready = nullptr;
-    NEURON_CHECK(nrtEventCreate(&ready, nrtEventDisableTiming));
-    nrtStatus s = nrtEventRecord(ready, caller);
-    if (s == nrtSuccess) s = nrtStreamWaitEvent(queue, ready);
-    nrtEventDestroy(ready);  // reference counted: the wait keeps its capture
-    NEURON_CHECK(s);
-  }
+  if (nrtStreamQuery(caller) == nrtSuccess) return false;
+  nrtEvent_t ready = nullptr;
+  NEURON_CHECK(nrtEventCreate(&ready, nrtEventDisableTiming));
+  nrtStatus s = nrtEventRecord(ready, caller);
+  if (s == nrtSuccess) s = nrtStreamWaitEvent(queue, ready);
+  nrtEventDestroy(ready);  // reference counted: the wait keeps its capture
+  NEURON_CHECK(s);
+  return true;
+}
+
+void ProcessGroupNeuron::submit(nrtStream_t queue, c10::DeviceIndex device, const char* name,
+                                c10::intrusive_ptr<NeuronWork> work, AsyncBody body) {
+  order_after_caller(queue, device);
   Communicator* group = group_.get();
   // The task never fails on the stream: the collective's error belongs to
   // its work (raised by wait()), and later collectives must still run.
@@ -191,26 +229,33 @@ void ProcessGroupNeuron::submit(nrtStream_t queue, c10::DeviceIndex device, cons
 }
 
 void ProcessGroupNeuron::launch_on_queue(nrtStream_t queue, const char* name,
-                                         std::function<void()> task) {
+                                         std::function<void()> task, uint64_t* ticket_out) {
+  uint64_t ticket;
   {
     std::lock_guard<std::mutex> issue(issue_mu_);
-    queued_.fetch_add(1, std::memory_order_relaxed);
+    ticket = ++issued_;
+    if (ticket_out) *ticket_out = ticket;
   }
   NEURON_TRY {
     try {
-      neuronrt::launch(queue, name, [this, task = std::move(task)]() {
-        {
-          std::lock_guard<std::mutex> run(run_mu_);
-          task();
-        }
-        queued_.fetch_sub(1, std::memory_order_release);
+      neuronrt::launch(queue, name, [this, ticket, task = std::move(task)]() {
+        std::lock_guard<std::mutex> run(run_mu_);
+        task();
+        ran(ticket);
       });
     } catch (...) {
-      queued_.fetch_sub(1, std::memory_order_release);
+      std::lock_guard<std::mutex> issue(issue_mu_);
+      if (issued_ == ticket) --issued_;  // else later tickets never count as run: no inline runs
       throw;
     }
   }
   NEURON_CATCH
+}
+
+void ProcessGroupNeuron::ran(uint64_t ticket) {
+  uint64_t seen = ran_through_.load();
+  while (seen < ticket && !ran_through_.compare_exchange_weak(seen, ticket)) {
+  }
 }
 
 void ProcessGroupNeuron::enqueue_program_step(const char* name, c10::DeviceIndex device,

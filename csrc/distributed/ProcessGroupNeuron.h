@@ -134,7 +134,8 @@ class ProcessGroupNeuron final : public c10d::Backend {
 
   // Which paths this rank's collectives took (tests, profiling).
   neuroncoll::GroupStats stats() const;
-  // Collectives that ran on the caller's thread (enqueue()).
+  // Collectives that ran on the caller's thread (enqueue()) or on a thread
+  // waiting for them (take_turn()).
   uint64_t inline_runs() const { return inline_runs_.load(std::memory_order_relaxed); }
   const HostTopology& topology() const { return group_->topology(); }
 
@@ -170,9 +171,27 @@ class ProcessGroupNeuron final : public c10d::Backend {
   // Queues `body` behind the caller's current stream.
   void submit(nrtStream_t queue, c10::DeviceIndex device, const char* name,
               c10::intrusive_ptr<NeuronWork> work, AsyncBody body);
-  // Launches `task` on the group's queue as a collective's turn: counted in
-  // queued_ until it ran, and run under run_mu_.
-  void launch_on_queue(nrtStream_t queue, const char* name, std::function<void()> task);
+  // Makes `queue` wait for what the caller's current stream of `device` has
+  // queued so far; false when that stream is idle (nothing to wait for).
+  bool order_after_caller(nrtStream_t queue, c10::DeviceIndex device);
+  // Launches `task` on the group's queue with the next ticket (stored in
+  // *ticket before the launch when given); it runs under run_mu_.
+  void launch_on_queue(nrtStream_t queue, const char* name, std::function<void()> task,
+                       uint64_t* ticket = nullptr);
+  // Ticket `ticket` has run.
+  void ran(uint64_t ticket);
+  // A queued collective (enqueue()) that a thread waiting for its work on
+  // the host may run itself instead of the queue's thread.
+  struct Turn {
+    uint64_t ticket = 0;
+    bool taken = false;  // guarded by run_mu_: it ran on a waiting thread
+    Body body;
+  };
+  // On a thread that waits for `work` on the host for `timeout` (kNoTimeout:
+  // no limit): runs the turn there if every collective issued before it has
+  // run, the queue's thread has not started it (then its task does nothing)
+  // and the wait may last the group's timeout; else nothing.
+  void take_turn(Turn& turn, NeuronWork& work, std::chrono::milliseconds timeout);
   // A send or receive recorded while coalescing: the coalesced work.
   c10::intrusive_ptr<c10d::Work> record_p2p(bool is_send, const at::Tensor& t, int peer, int tag,
                                             neuroncoll::DType dt);
@@ -195,15 +214,18 @@ class ProcessGroupNeuron final : public c10d::Backend {
   c10::DeviceIndex device_ = -1;
   std::vector<c10::intrusive_ptr<c10d::Work>> retired_;  // guarded by mu_
   // Issue order of the group's collectives. Each is issued under issue_mu_,
-  // either as a task for queue_ (counted in queued_ until it has run) or,
-  // when no task is counted, as an inline run on the caller's thread, which
-  // takes run_mu_ before issue_mu_ is released. Every such task runs under
-  // run_mu_, so a task issued after an inline run waits for it, and an
-  // inline run never starts while a task issued before it is queued or
-  // running, nor while another inline run is.
+  // either as a task for queue_ with the next ticket or, when every ticket
+  // issued has run, as an inline run on the caller's thread, which takes
+  // run_mu_ before issue_mu_ is released. Every task runs under run_mu_, so a
+  // task issued after an inline run waits for it, and an inline run never
+  // starts while a task issued before it is queued or running, nor while
+  // another inline run is. A waiting thread may run a task's collective in
+  // its place (take_turn) under the same rules: only when every earlier
+  // ticket has run, holding run_mu_.
   std::mutex issue_mu_;
   std::mutex run_mu_;
-  std::atomic<int> queued_{0};
+  uint64_t issued_ = 0;                  // tickets issued; guarded by issue_mu_
+  std::atomic<uint64_t> ran_through_{0};  // tickets up to this one have run
   std::atomic<uint64_t> inline_runs_{0};
 
   // Between startCoalescing() and endCoalescing() (the caller's thread only).

@@ -330,7 +330,11 @@ def inline_ordering(rank, world, dev):
                 stream.synchronize()
             if rank == 0 and i % 7 == 0:
                 time.sleep(0.002)
-            if i % 3 == 0:
+            if i % 6 == 3:  # a host wait, which may run the collective on this thread
+                dist.all_reduce(v, async_op=True).wait(timedelta(seconds=600))
+                v.add_(0.5)
+                pending.append((None, v, i, n, stream))
+            elif i % 3 == 0:
                 pending.append((dist.all_reduce(v, async_op=True), v, i, n, stream))
             else:
                 dist.all_reduce(v)
@@ -343,6 +347,23 @@ def inline_ordering(rank, world, dev):
                 v.add_(0.5)
         torch.neuron.current_stream().wait_stream(stream)
         same(v, torch.full((n,), total * (i + 1) + 0.5), f"interleaved collective {i}")
+    # A host wait shorter than the group's timeout gives up while the collective waits
+    # for a late peer (it is not run on the waiting thread), and a later wait ends it.
+    late = torch.full((5,), float(rank + 1), device=dev)
+    torch.neuron.synchronize()
+    if rank == 0:
+        work = dist.all_reduce(late, async_op=True)
+        try:
+            work.wait(timedelta(milliseconds=200))
+        except RuntimeError as e:
+            check("timed out" in str(e), f"short wait: {e}")
+        else:
+            raise AssertionError("a 200 ms wait for a peer 1 s late did not time out")
+        work.wait(timedelta(seconds=600))
+    else:
+        time.sleep(1.0)
+        dist.all_reduce(late)
+    same(late, torch.full((5,), total), "all_reduce after a short host wait")
     # A collective right after point-to-point messages reduces what was received.
     nxt, prv = (rank + 1) % world, (rank - 1) % world
     for n in (3, 200_000):
