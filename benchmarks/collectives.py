@@ -1,8 +1,8 @@
 """Bus bandwidth of all_reduce, all_gather and reduce_scatter: the `neuron` backend on
 neuron tensors against gloo on CPU tensors in the same run (one group,
 backend="cpu:gloo,neuron:neuron"), beside the memcpy bandwidth of this host measured
-in the same run, plus small-message all_reduce latency (with wait() ordering the
-stream and then a stream synchronization, and with a host wait).
+in the same run, plus small-message all_reduce latency (dist.all_reduce(t) and then a
+stream synchronization, and async_op=True with a host wait).
 
     python -m torch.distributed.run --nproc_per_node=2 benchmarks/collectives.py [--max-mib 64]
 
@@ -44,8 +44,9 @@ def timed(fn, budget_s, min_iters=3, max_iters=200):
 
 
 def completed(fn, device):
-    """`fn` then, on neuron, a wait for the stream: wait() only orders the stream
-    after the collective, as with CUDA."""
+    """`fn` then, on neuron, a wait for the stream: wait() may only order the stream
+    after the collective, as with CUDA (a collective issued on an idle stream runs
+    on the calling thread and has ended when the call returns)."""
     if device.type == "cpu":
         return fn
     stream = torch.neuron.current_stream(device)
@@ -118,13 +119,14 @@ def main():
         t = torch.ones(1, device=dev)
         lat[name] = timed(completed(lambda: dist.all_reduce(t), dev), args.budget, min_iters=20)
     # wait(timeout) blocks the host instead of ordering the stream (as
-    # TORCHNEURON_DIST_BLOCKING_WAIT=1 does for every wait): one thread hop fewer.
+    # TORCHNEURON_DIST_BLOCKING_WAIT=1 does for every wait), and may run the
+    # collective on this thread.
     t = torch.ones(1, device=neuron)
     lat["host"] = timed(lambda: dist.all_reduce(t, async_op=True).wait(timedelta(seconds=300)),
                         args.budget, min_iters=20)
     if rank == 0:
         print(f"small all_reduce (4 bytes) latency: neuron {lat['neuron'] * 1e6:.0f} us "
-              f"(wait() orders the stream, then a stream sync; {lat['neuron'] / lat['gloo']:.2f}x gloo), "
+              f"(dist.all_reduce(t), then a stream sync; {lat['neuron'] / lat['gloo']:.2f}x gloo), "
               f"{lat['host'] * 1e6:.0f} us with a host wait ({lat['host'] / lat['gloo']:.2f}x gloo), "
               f"gloo {lat['gloo'] * 1e6:.0f} us")
     dist.destroy_process_group()
