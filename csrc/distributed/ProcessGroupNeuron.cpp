@@ -125,6 +125,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
       queue, name,
       [this, work, group, turn]() mutable {
         if (!turn->taken) work->complete(run_body(turn->body, *group));
+        turn->body = nullptr;  // its buffers go now, not with the work
         retire(std::move(work));
       },
       &turn->ticket);
@@ -194,6 +195,7 @@ void ProcessGroupNeuron::take_turn(Turn& turn, NeuronWork& work,
   turn.taken = true;
   inline_runs_.fetch_add(1, std::memory_order_relaxed);
   std::exception_ptr error = run_body(turn.body, *group_);
+  turn.body = nullptr;
   ran(turn.ticket);
   run.unlock();
   work.complete(error);
