@@ -2,9 +2,8 @@
 
 #include <ATen/core/jit_type.h>
 
-#include <cstdlib>
-#include <cstring>
 
+#include "csrc/distributed/EnvFlag.h"
 #include "csrc/runtime/BlockingWait.h"
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronStream.h"
@@ -12,30 +11,13 @@
 
 namespace torchneuron {
 
-namespace {
-
-// A boolean variable: 1/true/yes/on, 0/false/no/off, else `unset`.
-bool env_flag(const char* name, bool unset) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return unset;
-  for (const char* on : {"1", "true", "yes", "on"}) {
-    if (!std::strcmp(v, on)) return true;
-  }
-  for (const char* off : {"0", "false", "no", "off"}) {
-    if (!std::strcmp(v, off)) return false;
-  }
-  return unset;
-}
-
-}  // namespace
-
 bool dist_blocking_wait() {
-  static const bool on = env_flag("TORCHNEURON_DIST_BLOCKING_WAIT", false);
+  static const bool on = env_flag("TORCHNEURON_DIST_BLOCKING_WAIT").value_or(false);
   return on;
 }
 
 bool dist_inline() {
-  static const bool on = env_flag("TORCHNEURON_DIST_INLINE", true);
+  static const bool on = env_flag("TORCHNEURON_DIST_INLINE").value_or(true);
   return on;
 }
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "csrc/distributed/EnvFlag.h"
 #include "neuroncoll/arena.hpp"
 #include "neuronrt/neuronrt.h"
 
@@ -69,13 +70,7 @@ bool shared_memory_has_huge_pages() {
 }
 
 bool wanted() {
-  if (const char* v = std::getenv("TORCHNEURON_DIST_SHARED_MEMORY"); v && *v) {
-    const std::string s(v);
-    if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
-    if (s == "0" || s == "false" || s == "no" || s == "off") return false;
-    TORCH_WARN("torchneuron: TORCHNEURON_DIST_SHARED_MEMORY=", s,
-               " is not one of 1, true, yes, on, 0, false, no, off; using the default");
-  }
+  if (const auto on = env_flag("TORCHNEURON_DIST_SHARED_MEMORY")) return *on;
   const char* local = std::getenv("LOCAL_WORLD_SIZE");
   return local && std::atoi(local) > 1 && shared_memory_has_huge_pages();
 }
