@@ -57,6 +57,77 @@ def test_allocation_shows_up_and_frees():
     assert torch.neuron.memory_reserved() <= torch.neuron.mem_get_info()[1]
 
 
+def _keep_stream_busy(stream=None):
+    """Queues a few large matmuls (tens of ms) on `stream` (default: current)."""
+    with torch.neuron.stream(stream or torch.neuron.current_stream()):
+        x = torch.randn(1024, 1024, device="neuron") / 32
+        x @ x  # the first call of a signature may run synchronously
+        busy = x
+        for _ in range(6):
+            busy = busy @ x
+    return busy
+
+
+def test_a_block_freed_under_queued_work_is_reused_after_it():
+    # As with CUDA's allocator: a block the host frees while queued work still
+    # reads it goes back to its stream's pool at once; later work of that
+    # stream, which runs after the reader, may take it.
+    torch.full((1 << 16,), 1.0, device="neuron") * 2  # first calls may run synchronously
+    _settle()
+    _keep_stream_busy()
+    a = torch.full((1 << 16,), 1.0, device="neuron")
+    b = a * 2  # queued: reads a
+    ptr = a.data_ptr()
+    del a
+    c = torch.full((1 << 16,), 5.0, device="neuron")
+    pending = not torch.neuron.current_stream().query()
+    reused = c.data_ptr() == ptr
+    torch.neuron.synchronize()
+    assert pending, "the stream ran dry before the block was freed: nothing was tested"
+    assert reused
+    assert torch.equal(b.cpu(), torch.full((1 << 16,), 2.0))
+    assert torch.equal(c.cpu(), torch.full((1 << 16,), 5.0))
+
+
+def test_a_host_far_ahead_of_its_queue_reuses_what_it_frees():
+    # Memory held by queued work alone must not pile up: 200 iterations of
+    # 1 MiB temporaries would otherwise take hundreds of MiB of new segments.
+    x = torch.ones(MiB // 4, device="neuron")
+    x * 2 + 1  # first calls may run synchronously
+    _settle()
+    _keep_stream_busy()
+    torch.neuron.reset_peak_memory_stats()
+    base = torch.neuron.memory_reserved()
+    for _ in range(200):
+        y = x * 2 + 1
+    grown = torch.neuron.max_memory_reserved() - base
+    pending = not torch.neuron.current_stream().query()
+    torch.neuron.synchronize()
+    assert pending, "the stream ran dry before the loop ended: nothing was tested"
+    assert grown <= 8 * MiB, f"reserved memory grew by {grown / MiB:.0f} MiB"
+    assert torch.equal(y.cpu(), torch.full((MiB // 4,), 3.0))
+
+
+def test_memory_read_by_another_streams_queued_work_waits_for_it():
+    # No record_stream call (CUDA would need one): a block used by queued work
+    # of another stream is reused only once that work ran.
+    side = torch.neuron.Stream()
+    torch.full((1 << 16,), 1.0, device="neuron") * 2  # first calls may run synchronously
+    a = torch.full((1 << 16,), 1.0, device="neuron")
+    side.wait_stream(torch.neuron.current_stream())
+    _keep_stream_busy(side)
+    with torch.neuron.stream(side):
+        b = a * 2
+    del a
+    c = torch.full((1 << 16,), 5.0, device="neuron")  # the default stream is idle: runs now
+    torch.neuron.current_stream().synchronize()
+    pending = not side.query()
+    side.synchronize()
+    assert pending, "the side stream ran dry before the block was freed: nothing was tested"
+    assert torch.equal(b.cpu(), torch.full((1 << 16,), 2.0))
+    assert torch.equal(c.cpu(), torch.full((1 << 16,), 5.0))
+
+
 def test_results_of_ops_are_counted():
     _settle()
     base = torch.neuron.memory_allocated()

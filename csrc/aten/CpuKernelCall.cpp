@@ -20,14 +20,15 @@ using torch::jit::Stack;
 
 at::Tensor CpuAliases::operator()(const at::Tensor& t) {
   if (!defined_on_neuron(t)) {
-    return options_.snapshot_host_tensors && t.defined() && t.dim() != 0 ? t.clone() : t;
+    return options_.queued && t.defined() && t.dim() != 0 ? t.clone() : t;
   }
   auto* key = t.storage().unsafeGetStorageImpl();
   for (const auto& [neuron, alias] : bases_) {
     if (neuron != key) continue;
     return tensor_like(alias.storage(), c10::DispatchKey::CPU, t);
   }
-  at::Tensor a = cpu_alias(t, options_.resizable);
+  at::Tensor a = options_.queued ? queued_alias(t, options_.resizable)
+                                 : cpu_alias(t, options_.resizable);
   bases_.emplace_back(key, a);
   return a;
 }

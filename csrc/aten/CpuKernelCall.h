@@ -26,9 +26,10 @@ class CpuAliases {
     // The kernel may resize written arguments (synchronous runs; the caller
     // follows the resize, see WrittenArguments).
     bool resizable = false;
-    // Host tensors that are not 0-dim (CPU index tensors) are copied: the
-    // caller may change them before queued work runs.
-    bool snapshot_host_tensors = false;
+    // For queued work: host tensors that are not 0-dim (CPU index tensors)
+    // are copied (the caller may change them before the work runs), and
+    // device buffers are aliased with queued_alias (csrc/aten/Launch.h).
+    bool queued = false;
   };
   CpuAliases() = default;
   explicit CpuAliases(Options options) : options_(options) {}

@@ -202,12 +202,12 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
   if (plan.out_op && plan.out_op_ok.load(std::memory_order_relaxed) && any_fresh &&
       std::all_of(ret_fresh.begin(), ret_fresh.end(), [](bool f) { return f; })) {
     // Every return is a fresh buffer: the out= kernel writes them directly.
-    CpuAliases al({.snapshot_host_tensors = true});
+    CpuAliases al({.queued = true});
     Stack cpu_stack = cpu_arguments(args, plan.facts.arg_is_generator, device, plan.name.c_str(), al);
     std::vector<at::Tensor> expected;
     for (const IValue& r : results) {
-      expected.push_back(cpu_alias(r.toTensor()));
-      cpu_stack.emplace_back(cpu_alias(r.toTensor(), /*resizable=*/true));
+      expected.push_back(queued_alias(r.toTensor()));
+      cpu_stack.emplace_back(queued_alias(r.toTensor(), /*resizable=*/true));
     }
     launch_cpu_kernels(device, plan.name.c_str(), work_elements(plan, args, results),
                        plan.matrix_work,
@@ -222,7 +222,7 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
              }
            });
   } else if (plan.has_mutable_arg || any_fresh) {
-    CpuAliases al({.snapshot_host_tensors = true});
+    CpuAliases al({.queued = true});
     Stack cpu_stack = cpu_arguments(args, plan.facts.arg_is_generator, device, plan.name.c_str(), al);
     Stack fresh_aliases(nret);
     for (size_t r = 0; r < nret; ++r) {

@@ -4,6 +4,7 @@
 #include <c10/core/StorageImpl.h>
 
 #include "csrc/aten/DeviceTensors.h"
+#include "csrc/runtime/NeuronAllocator.h"
 #include "csrc/runtime/BlockingWait.h"
 #include "csrc/runtime/HostThreads.h"
 #include "csrc/runtime/NeuronException.h"
@@ -17,16 +18,35 @@ void release_storage(void* ctx) {
   c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
 }
 
-}  // namespace
-
-at::Tensor cpu_alias(const at::Tensor& t, bool resizable) {
+at::Tensor alias_with(const at::Tensor& t, bool resizable, bool keep) {
   c10::StorageImpl* st = t.storage().unsafeGetStorageImpl();
-  c10::raw::intrusive_ptr::incref(st);
-  c10::DataPtr dp(const_cast<void*>(st->data()), st, &release_storage, c10::Device(c10::kCPU));
+  c10::DataPtr dp = keep ? c10::DataPtr(const_cast<void*>(st->data()), st, &release_storage,
+                                        c10::Device(c10::kCPU))
+                         : c10::DataPtr(const_cast<void*>(st->data()), c10::Device(c10::kCPU));
+  if (keep) c10::raw::intrusive_ptr::incref(st);
   auto storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), st->nbytes(), std::move(dp),
       resizable ? c10::GetCPUAllocator() : nullptr, resizable);
   return tensor_like(c10::Storage(std::move(storage)), c10::DispatchKey::CPU, t);
+}
+
+}  // namespace
+
+at::Tensor cpu_alias(const at::Tensor& t, bool resizable) {
+  return alias_with(t, resizable, /*keep=*/true);
+}
+
+bool ordered_by_stream(const c10::StorageImpl& storage) {
+  const c10::DataPtr& dp = storage.data_ptr();
+  if (dp.get_deleter() != device_allocator()->raw_deleter()) return false;
+  if (dp.get() == nullptr) return true;
+  const c10::DeviceIndex device = dp.device().index();
+  return neuronrt::CachingAllocator::get().record_use(dp.get(), device,
+                                                      current_stream_handle(device));
+}
+
+at::Tensor queued_alias(const at::Tensor& t, bool resizable) {
+  return alias_with(t, resizable, !ordered_by_stream(*t.storage().unsafeGetStorageImpl()));
 }
 
 c10::Storage launch_alias(const c10::Storage& s) {

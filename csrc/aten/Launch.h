@@ -17,6 +17,19 @@ namespace torchneuron {
 // must then copy the result back.
 at::Tensor cpu_alias(const at::Tensor& t, bool resizable = false);
 
+// Whether work queued next on the current stream of the storage's device may
+// use its memory without keeping the storage alive: true for memory of the
+// caching allocator, which then reuses it, if the host frees it first, only
+// after that work (stream order, as CUDA's allocator; other streams are
+// recorded). Otherwise (memory from elsewhere) the work must keep the
+// storage. So a host far ahead of its queue reuses the blocks it frees
+// instead of faulting in new segments.
+bool ordered_by_stream(const c10::StorageImpl& storage);
+
+// cpu_alias for work queued next on the current stream of t's device: it
+// keeps the storage alive only if ordered_by_stream says so.
+at::Tensor queued_alias(const at::Tensor& t, bool resizable = false);
+
 // The device memory `s` holds now, as a neuron storage of its own (it keeps
 // `s` alive, not its memory). Queued work reads what the storage held at
 // launch, as cpu_alias gives eager ops, even if the host resizes the storage

@@ -12,6 +12,7 @@
 // (a task dropping the last reference to a buffer), so the mutex is never
 // held while waiting for a stream.
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -81,7 +82,13 @@ struct DeviceAlloc {
   std::deque<std::pair<nrtEvent_t, Block*>> pending;  // freed, awaiting other streams
   std::vector<nrtEvent_t> spare_events;  // reused, never destroyed
   DeviceStats stats;
+  // The one stream every block of the device was allocated on, kMany once a
+  // second stream allocated (set under mu, read without it by record_use).
+  std::atomic<nrtStream_t> sole_stream{nullptr};
 };
+
+// sole_stream once blocks of the device belong to several streams.
+const nrtStream_t kMany = reinterpret_cast<nrtStream_t>(uintptr_t{1});
 
 void update(Stat& s, int64_t delta) {
   s.current += delta;
@@ -335,6 +342,9 @@ void* CachingAllocator::allocate(size_t size, int device, nrtStream_t stream) {
     return nb;
   };
 
+  if (nrtStream_t sole = da.sole_stream.load(std::memory_order_relaxed); sole != stream) {
+    da.sole_stream.store(sole == nullptr ? stream : kMany, std::memory_order_release);
+  }
   impl_->process_events(da);
   Block* b = impl_->take_free_block(da, pool, stream, rounded);
   if (b == nullptr) b = grow();
@@ -410,6 +420,22 @@ void CachingAllocator::record_stream(void* ptr, nrtStream_t stream) {
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end()) {
     b->stream_uses.push_back(stream);
   }
+}
+
+bool CachingAllocator::record_use(void* ptr, int device, nrtStream_t stream) {
+  DeviceAlloc* da = impl_->if_created(device);
+  if (da == nullptr) return false;
+  // Every block of the device belongs to `stream`: its reuse is ordered.
+  if (da->sole_stream.load(std::memory_order_acquire) == stream) return true;
+  std::lock_guard<std::mutex> lock(da->mu);
+  auto it = da->allocated.find(ptr);
+  if (it == da->allocated.end()) return false;
+  Block* b = it->second;
+  if (stream != b->stream &&
+      std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end()) {
+    b->stream_uses.push_back(stream);
+  }
+  return true;
 }
 
 void CachingAllocator::empty_cache(int device) {

@@ -328,6 +328,47 @@ TEST_F(Allocator, RecordStreamOnOwnStreamIsNoOp) {
   EXPECT_THROW(alloc.record_stream(&local, s), neuronrt::Error);
 }
 
+// Work queued on the block's own stream needs nothing: a block the host
+// frees under it is reused at once, by later work of the same stream.
+TEST_F(Allocator, RecordUseOnOwnStreamReusesAtOnce) {
+  void* p = alloc.allocate(4096, 0, s);
+  EXPECT_TRUE(alloc.record_use(p, 0, s));
+  Gate gate;
+  neuronrt::launch(s, "hold", [&gate] { gate.wait(); });  // s "uses" p
+  alloc.free(p);
+  EXPECT_EQ(stats().all.active.current, 0);
+  void* q = alloc.allocate(4096, 0, s);
+  EXPECT_EQ(q, p);
+  gate.open();
+  neuronrt::synchronize(s);
+  alloc.free(q);
+}
+
+// Work on another stream defers reuse until it ran, as record_stream does,
+// also once the device's blocks belong to several streams.
+TEST_F(Allocator, RecordUseOnOtherStreamDefersReuse) {
+  nrtStream_t s2 = nrt_test::new_stream(0);
+  void* other = alloc.allocate(4096, 0, s2);  // several streams allocated now
+  void* p = alloc.allocate(4096, 0, s);
+  EXPECT_TRUE(alloc.record_use(p, 0, s2));
+  EXPECT_TRUE(alloc.record_use(p, 0, s));
+  Gate gate;
+  neuronrt::launch(s2, "hold", [&gate] { gate.wait(); });
+  alloc.free(p);
+  EXPECT_EQ(stats().all.active.current, 2);  // `other`, and p awaiting s2
+  void* q = alloc.allocate(4096, 0, s);
+  EXPECT_NE(q, p);
+  gate.open();
+  neuronrt::synchronize(s2);
+  void* r = alloc.allocate(4096, 0, s);
+  EXPECT_EQ(r, p);
+  int local = 0;
+  EXPECT_FALSE(alloc.record_use(&local, 0, s));  // not an allocation: the caller keeps it
+  for (void* x : {other, q, r}) alloc.free(x);
+  EXPECT_EQ(stats().all.active.current, 0);
+  EXPECT_EQ(nrtStreamDestroy(s2), nrtSuccess);
+}
+
 TEST_F(Allocator, OutOfMemoryThrowsWithDetailsAndRecovers) {
   ScopedEnv env{{"TORCHNEURON_DEVICE_MEMORY", "64MiB"}};
   void* a = alloc.allocate(40 * MiB, 0, s);

@@ -185,9 +185,9 @@ sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tens
   at::Tensor lse = at::empty({B, Hq, L}, query.options().dtype(at::kFloat));
   at::Tensor mask = bias.defined() ? bias.expand({B, Hq, L, S}) : bias;
   nk::AttentionParams p = params_of(query, key, value, mask, is_causal, scale);
-  // The lambda holds the storages: their memory stays in use until the kernel ran.
+  // The lambda keeps the storages stream order does not protect (storages_to_keep).
   launch(query.device().index(), kForwardOp,
-         [p, keep = storages_of({&query, &key, &value, &mask, &out, &lse}), out_view = view_of(out),
+         [p, keep = storages_to_keep({&query, &key, &value, &mask, &out, &lse}), out_view = view_of(out),
           lse_data = lse.data_ptr<float>(), parallel = choose_parallel_for(query, key, value)]() {
            nk::attention_forward(p, out_view, lse_data, parallel);
          });
@@ -231,7 +231,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
   if (dv.defined()) g.dv = view_of(dv);
   if (dscores.defined()) g.dscores = dscores.data_ptr<float>();
   launch(query.device().index(), kBackwardOp,
-         [p, g, keep = storages_of({&query, &key, &value, &mask, &out, &logsumexp, &grad_out, &dq,
+         [p, g, keep = storages_to_keep({&query, &key, &value, &mask, &out, &logsumexp, &grad_out, &dq,
                                     &dk, &dv, &dscores}),
           out_view = view_of(out), lse_data = logsumexp.data_ptr<float>(),
           grad_view = view_of(grad_out), parallel = choose_parallel_for(query, key, value)]() {

@@ -46,7 +46,7 @@ void host_to_device(const at::Tensor& src, const at::Tensor& dst, bool non_block
     staged = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU));
     staged.copy_(src);  // dtype conversion, broadcasting and layout on the host
   }
-  at::Tensor dst_alias = cpu_alias(dst);
+  at::Tensor dst_alias = queued_alias(dst);
   launch_cpu_kernels(device, "aten::copy_ (host to neuron)", dst.numel(), /*matrix=*/false,
                      [staged, dst_alias]() mutable {
     if (dst_alias.is_non_overlapping_and_dense() && staged.strides() == dst_alias.strides()) {
@@ -79,10 +79,10 @@ void device_to_host(const at::Tensor& src, const at::Tensor& dst, bool non_block
 void device_to_device(const at::Tensor& src, const at::Tensor& dst) {
   auto src_dev = src.device().index();
   auto dst_dev = dst.device().index();
-  at::Tensor d = cpu_alias(dst);
+  at::Tensor d = queued_alias(dst);
   // One alias storage when they share memory, so copy_ sees the overlap.
-  at::Tensor s = src.storage().is_alias_of(dst.storage()) ? d.as_strided(src.sizes(), src.strides(), src.storage_offset()) : cpu_alias(src);
-  if (s.dtype() != src.dtype()) s = cpu_alias(src);
+  at::Tensor s = src.storage().is_alias_of(dst.storage()) ? d.as_strided(src.sizes(), src.strides(), src.storage_offset()) : queued_alias(src);
+  if (s.dtype() != src.dtype()) s = queued_alias(src);
   if (src_dev != dst_dev) {
     // The copy runs on dst's stream after src's queued work; src's stream
     // then waits for the copy, so later writes to src cannot race it.

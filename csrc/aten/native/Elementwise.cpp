@@ -65,7 +65,7 @@ struct BinaryOp {
   template <typename F>
   void queue(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, F out_fn) const {
     launch_cpu_kernels(a.device().index(), full_name.c_str(), out.numel(), /*matrix=*/false,
-           [o = cpu_alias(out), x = cpu_alias(a), y = cpu_alias(b), out_fn]() mutable {
+           [o = queued_alias(out), x = queued_alias(a), y = queued_alias(b), out_fn]() mutable {
              at::AutoDispatchBelowADInplaceOrView below_autograd;
              out_fn(o, x, y);
            });

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <neuronrt/neuronrt.hpp>
 
+#include "csrc/aten/Launch.h"
 #include "csrc/runtime/WorkerThreads.h"
 
 namespace torchneuron::native {
@@ -26,11 +27,12 @@ void device_parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>&
   }
 }
 
-std::vector<c10::Storage> storages_of(std::initializer_list<const at::Tensor*> tensors) {
+std::vector<c10::Storage> storages_to_keep(std::initializer_list<const at::Tensor*> tensors) {
   std::vector<c10::Storage> storages;
-  storages.reserve(tensors.size());
   for (const at::Tensor* t : tensors) {
-    if (t->defined()) storages.push_back(t->storage());
+    if (t->defined() && !ordered_by_stream(*t->storage().unsafeGetStorageImpl())) {
+      storages.push_back(t->storage());
+    }
   }
   return storages;
 }

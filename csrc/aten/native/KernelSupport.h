@@ -28,11 +28,13 @@ void device_parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>&
 // microseconds: handing out chunks would cost more than it saves).
 constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 
-// The storages queued kernel work must keep alive until it ran. Storages,
-// not the user's tensors: a tensor's Python object must not be released on
-// a worker thread (that needs the GIL, which a worker cannot take while the
-// interpreter shuts down); a storage's last reference from a queued task is
-// a plain C++ release.
-std::vector<c10::Storage> storages_of(std::initializer_list<const at::Tensor*> tensors);
+// The storages kernel work queued next on the current stream must keep alive
+// until it ran: those whose memory is not ordered by the stream
+// (ordered_by_stream, csrc/aten/Launch.h). Storages, not the user's tensors:
+// a tensor's Python object must not be released on a worker thread (that
+// needs the GIL, which a worker cannot take while the interpreter shuts
+// down); a storage's last reference from a queued task is a plain C++
+// release.
+std::vector<c10::Storage> storages_to_keep(std::initializer_list<const at::Tensor*> tensors);
 
 }  // namespace torchneuron::native

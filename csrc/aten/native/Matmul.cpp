@@ -99,7 +99,7 @@ at::Tensor run_skinny(const char* op, nk::SkinnyMatmulParams p, const at::Tensor
   p.y.data = y.data_ptr();
   at::Tensor none;
   launch(x.device().index(), op,
-         [p, keep = storages_of({&x, &w, bias ? bias : &none, &y})]() { run_skinny_matmul_here(p); });
+         [p, keep = storages_to_keep({&x, &w, bias ? bias : &none, &y})]() { run_skinny_matmul_here(p); });
   return y;
 }
 

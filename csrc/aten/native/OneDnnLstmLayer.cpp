@@ -27,7 +27,7 @@ struct Workspace : torch::CustomClassHolder {
   at::Tensor bytes;
 };
 
-at::Tensor alias_or_undefined(const at::Tensor& t) { return t.defined() ? cpu_alias(t) : t; }
+at::Tensor alias_or_undefined(const at::Tensor& t) { return t.defined() ? queued_alias(t) : t; }
 
 // Multiply-adds of a layer over all steps, for the worker's choice of threads.
 int64_t layer_macs(const at::Tensor& x, const at::Tensor& w_ih, const at::Tensor& w_hh) {
@@ -92,10 +92,10 @@ struct OneDnnLstmLayer : public torch::autograd::Function<OneDnnLstmLayer> {
                cy = at::empty({B, H}, x.options());
     auto workspace = record_workspace ? c10::make_intrusive<Workspace>()
                                       : c10::intrusive_ptr<Workspace>();
-    ForwardTask task{cpu_alias(x).view({steps, B, x.size(1)}), cpu_alias(w_ih.contiguous()),
-                     cpu_alias(w_hh.contiguous()), alias_or_undefined(bi), alias_or_undefined(bh),
-                     cpu_alias(h0), cpu_alias(c0), cpu_alias(y).view({steps, B, H}),
-                     cpu_alias(hy), cpu_alias(cy), workspace, reverse, train};
+    ForwardTask task{queued_alias(x).view({steps, B, x.size(1)}), queued_alias(w_ih.contiguous()),
+                     queued_alias(w_hh.contiguous()), alias_or_undefined(bi), alias_or_undefined(bh),
+                     queued_alias(h0), queued_alias(c0), queued_alias(y).view({steps, B, H}),
+                     queued_alias(hy), queued_alias(cy), workspace, reverse, train};
     launch_cpu_kernels(x.device().index(), kForwardOp, layer_macs(x, w_ih, w_hh),
                        /*matrix=*/true, std::move(task));
     counter.count(ExecPath::kKernel);
@@ -130,20 +130,20 @@ struct OneDnnLstmLayer : public torch::autograd::Function<OneDnnLstmLayer> {
     at::Tensor db = bias_grad ? at::empty(bi.sizes(), bi.options()) : at::Tensor();
     const at::Tensor gy = grads[0].contiguous(), ghy = grads[1].contiguous(),
                      gcy = grads[2].contiguous();
-    auto seq = [&](const at::Tensor& t) { return cpu_alias(t).view({T, B, t.size(1)}); };
+    auto seq = [&](const at::Tensor& t) { return queued_alias(t).view({T, B, t.size(1)}); };
     BackwardTask task{seq(x),
-                      cpu_alias(w_ih.contiguous()),
-                      cpu_alias(w_hh.contiguous()),
+                      queued_alias(w_ih.contiguous()),
+                      queued_alias(w_hh.contiguous()),
                       alias_or_undefined(bi),
                       alias_or_undefined(bh),
-                      cpu_alias(h0),
-                      cpu_alias(c0),
+                      queued_alias(h0),
+                      queued_alias(c0),
                       seq(y),
-                      cpu_alias(hy),
-                      cpu_alias(cy),
+                      queued_alias(hy),
+                      queued_alias(cy),
                       seq(gy),
-                      cpu_alias(ghy),
-                      cpu_alias(gcy),
+                      queued_alias(ghy),
+                      queued_alias(gcy),
                       c10::static_intrusive_pointer_cast<Workspace>(
                           ctx->saved_data["workspace"].toCapsule()),
                       ctx->saved_data["reverse"].toBool(),

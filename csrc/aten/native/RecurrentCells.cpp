@@ -183,7 +183,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell(
   p.hy = rows_of(hy);
   p.cy = rows_of(cy);
   p.workspace = rows_of(workspace);
-  launch(dev.index(), kLstmOp, [p, keep = storages_of({&ig, &hg, &c, &bi, &bh, &hy, &cy, &workspace})] {
+  launch(dev.index(), kLstmOp, [p, keep = storages_to_keep({&ig, &hg, &c, &bi, &bh, &hy, &cy, &workspace})] {
     nk::lstm_cell_forward(p, device_parallel_for);
   });
   return {hy, cy, workspace};
@@ -225,7 +225,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell_backward_imp
     p.grad_gates = rows_of(grad_gates);
     p.grad_cx = rows_of(grad_cx);
     launch(dev.index(), kLstmBackwardOp,
-           [p, keep = storages_of({&grad_hy, &grad_cy, &c0, &c1, &ws, &grad_gates, &grad_cx})] {
+           [p, keep = storages_to_keep({&grad_hy, &grad_cy, &c0, &c1, &ws, &grad_gates, &grad_cx})] {
              nk::lstm_cell_backward(p, device_parallel_for);
            });
   }
@@ -260,7 +260,7 @@ std::tuple<at::Tensor, at::Tensor> thnn_fused_gru_cell(
   p.hx = rows_of(h);
   p.hy = rows_of(hy);
   p.workspace = rows_of(workspace);
-  launch(dev.index(), kGruOp, [p, keep = storages_of({&ig, &hg, &h, &bi, &bh, &hy, &workspace})] {
+  launch(dev.index(), kGruOp, [p, keep = storages_to_keep({&ig, &hg, &h, &bi, &bh, &hy, &workspace})] {
     nk::gru_cell_forward(p, device_parallel_for);
   });
   return {hy, workspace};
@@ -298,7 +298,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> thnn_fuse
     p.grad_hidden_gates = rows_of(gh);
     p.grad_hx = rows_of(ghx);
     launch(workspace.device().index(), kGruBackwardOp,
-           [p, keep = storages_of({&go, &ws, &gi, &gh, &ghx})] {
+           [p, keep = storages_to_keep({&go, &ws, &gi, &gh, &ghx})] {
              nk::gru_cell_backward(p, device_parallel_for);
            });
   }

@@ -117,7 +117,7 @@ const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr()
 
 // CPU aliases of the neuron buffers a queued task works on (taken on the
 // calling thread, see Launch.h).
-at::Tensor cpu_view(const at::Tensor& t) { return t.defined() ? cpu_alias(t) : at::Tensor(); }
+at::Tensor cpu_view(const at::Tensor& t) { return t.defined() ? queued_alias(t) : at::Tensor(); }
 
 // out = a . b (+ add), with the columns split among the runtime's compute
 // threads in blocks, each one single-threaded GEMM. Blocks are claimed, not

@@ -200,6 +200,15 @@ class CachingAllocator {
   void* allocate(size_t size, int device, nrtStream_t stream);
   void free(void* ptr);  // nullptr is a no-op
   void record_stream(void* ptr, nrtStream_t stream);
+  // Work queued on `stream` uses the allocation at `ptr` on `device` and
+  // holds no reference to it: if the host frees it first, the block is reused
+  // only after that work (the block's own stream runs later work after it;
+  // other streams are recorded as with record_stream). Thread-safe, and
+  // lock-free while one stream allocated everything on the device. False
+  // (the caller must then keep the memory alive itself) if the device has no
+  // allocations or, once several streams allocated, if ptr is not the start
+  // of a live allocation.
+  bool record_use(void* ptr, int device, nrtStream_t stream);
   // Releases every cached, unused segment (device -1: all devices).
   void empty_cache(int device = -1);
   DeviceStats stats(int device);
