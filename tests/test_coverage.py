@@ -549,3 +549,17 @@ def test_routing_is_recorded_from_the_experts_or_the_named_router():
     with torch.no_grad(), record_routing(dense, ids.numel()) as routing:
         dense(ids)
     assert routing == []
+
+
+def test_a_decode_step_that_recompiles_on_cpu_too_is_told_apart():
+    """qwen4_exp hands its decoder the position embeddings of the whole sequence so far:
+    under the compile settings Transformers gives neuron (dynamic=False) it recompiles
+    every step on CPU too, so compiled_generate calls it not applicable; a Llama
+    decodes within Dynamo's limit, and a recompile there stays a failure."""
+    from torchneuron.coverage.compile_stages import compiled_generate_prompts, recompiles_on_cpu_too
+    from torchneuron.coverage.model_stages import build_cpu_model
+
+    rows = {r["model_type"]: r for r in causal_lm_rows()}
+    prompts = compiled_generate_prompts()
+    assert recompiles_on_cpu_too(build_cpu_model(rows["qwen4_exp_text"])[0], prompts)
+    assert not recompiles_on_cpu_too(build_cpu_model(rows["llama"])[0], prompts)

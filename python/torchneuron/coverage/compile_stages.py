@@ -77,11 +77,34 @@ def stage_compiled_generate_reference(model, prompts):
     return [stage_generate(model, ids, mask, True) for ids, mask in prompts]
 
 
-def stage_compiled_generate(model, prompts, counts):
+def recompiles_on_cpu_too(cpu_model, prompts):
+    """Whether Transformers' decode compile with the config it gives a neuron model
+    (`dynamic=False`, as for TPU) hits Dynamo's recompile limit on CPU as well, with
+    the backend "eager" (Dynamo's graphs run as they are): then the model itself
+    changes a shape every step, whatever the device."""
+    from transformers import CompileConfig
+
+    config = CompileConfig(backend="eager", dynamic=False, mode="default")
+    config._compile_all_devices = True  # Transformers auto-compiles only accelerators
+    torch._dynamo.reset()
+    try:
+        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+            for ids, mask in prompts:
+                stage_generate(cpu_model, ids, mask, True, disable_compile=False, compile_config=config)
+    except torch._dynamo.exc.FailOnRecompileLimitHit:
+        return True
+    finally:
+        torch._dynamo.reset()
+    return False
+
+
+def stage_compiled_generate(model, prompts, counts, cpu_model=None):
     """Greedy static-cache generate() under Transformers' auto-compile (no
     `disable_compile`): on a neuron model it compiles the decode step with
     `CompileConfig(backend="neuron")`. Fills `counts` per call (the first call's
-    compilations, of which recompilations; the second call's)."""
+    compilations, of which recompilations; the second call's). A model that hits
+    Dynamo's recompile limit is not applicable if `cpu_model` hits it too under the
+    same compile settings on CPU (recompiles_on_cpu_too)."""
     import torchneuron
 
     fresh_compile_state()
@@ -97,6 +120,11 @@ def stage_compiled_generate(model, prompts, counts):
                 n, r, reasons = compile_counts(torchneuron.compile_metrics())
                 counts.update(compilations=n, recompilations=r, recompile_reasons=reasons)
                 last = reasons[-1] if reasons else "no recompile reason recorded"
+                if cpu_model is not None and recompiles_on_cpu_too(cpu_model, prompts):
+                    raise NotApplicable(
+                        f"the decode step recompiles every step under Transformers' compile settings for "
+                        f"neuron (dynamic=False, as for TPU) on CPU too, with Dynamo's backend 'eager'; "
+                        f"here: {last}") from None
                 raise AssertionError(f"generate() call {i + 1} hit Dynamo's recompile limit after {n} compilations; "
                                      f"last recompile reason: {last}") from e
             out.append(tokens.cpu())

@@ -129,7 +129,9 @@ def write_markdown(records, meta, out_dir):
         "eager tokens, or if the second call, with another prompt of the same length, compiles anything; "
         "not applicable where there is no static cache, the model's forward takes no cache at all, or "
         "Transformers itself compiles nothing: it decodes without a compileable cache, or its "
-        "`get_compiled_call` gives the plain forward). "
+        "`get_compiled_call` gives the plain forward, or where the decode step hits Dynamo's recompile "
+        "limit and also does on CPU under the compile settings Transformers gives neuron, `dynamic=False`, "
+        "with Dynamo's backend `\"eager\"`). "
         "The compiles column counts `compile_metrics()` records: compiled_forward's, then the first "
         "generate()'s with its recompilations (records with a `recompile_reason`) in parentheses, then the "
         "second generate()'s.",

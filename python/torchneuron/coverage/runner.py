@@ -177,7 +177,7 @@ def run_compiled_stages(rec, cpu_model, dev_model, ids, mask, device, timeout):
     prompts = compiled_generate_prompts()
     run_stage(
         rec, "compiled_generate", lambda: stage_compiled_generate_reference(cpu_model, prompts),
-        lambda: stage_compiled_generate(dev_model, prompts, counts), compare_compiled_generate(counts), device,
+        lambda: stage_compiled_generate(dev_model, prompts, counts, cpu_model=cpu_model), compare_compiled_generate(counts), device,
         timeout, na_on_cpu_error=True,
         not_applicable=static_not_applicable(cpu_model) or compiled_generate_not_applicable(cpu_model),
     )
