@@ -86,6 +86,13 @@ def throughput(device, case, repeats):
         a = torch.randn(16 * 2**20, generator=g).to(device)
         b = torch.randn(16 * 2**20, generator=g).to(device)
         fn, work, unit = (lambda: a * b + a), 5 * 4 * a.numel(), "GB/s"
+    elif case == "embedding grad 32k":
+        # The weight gradient of a 32k x 768 embedding for 512 tokens (a language
+        # model's training step): bytes of the gradient written.
+        grad = torch.randn(512, 768, generator=g).to(device)
+        idx = torch.randint(0, 32000, (512,), generator=g).to(device)
+        fn = lambda: torch.ops.aten.embedding_dense_backward(grad, idx, 32000, -1, False)  # noqa: E731
+        work, unit = 32000 * 768 * 4, "GB/s"
     else:  # softmax
         a = torch.randn(4096, 4096, generator=g).to(device)
         fn, work, unit = (lambda: torch.softmax(a, dim=-1)), 2 * 4 * a.numel(), "GB/s"
@@ -161,7 +168,7 @@ def measure(device_name, reps):
     out = {"latency": {}, "throughput": {}, "step": {}}
     for op in ["add", "mul", "view", "index_select"]:
         out["latency"][op] = host_latency(device, op, reps, 2000)
-    for case in ["matmul 1024", "elementwise 16M", "softmax 4096x4096"]:
+    for case in ["matmul 1024", "elementwise 16M", "softmax 4096x4096", "embedding grad 32k"]:
         out["throughput"][case] = throughput(device, case, reps)
     for case in STEP_CASES:
         out["step"][case] = training_step(device, case, reps)
@@ -197,7 +204,7 @@ def main():
 
     print("\nThroughput of large ops (higher is better; ratio = neuron/cpu)")
     print(header)
-    for case in ["matmul 1024", "elementwise 16M", "softmax 4096x4096"]:
+    for case in ["matmul 1024", "elementwise 16M", "softmax 4096x4096", "embedding grad 32k"]:
         c, unit = c_all["throughput"][case]
         n, _ = n_all["throughput"][case]
         row(case, c, n, n / c, ">= 0.95x", n / c >= 0.95, lambda v: f"{v:.1f} {unit}")

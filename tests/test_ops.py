@@ -970,3 +970,34 @@ def test_forced_cpu_copy_fallback_is_reported(run_python):
         print(any("aten::tanh ran through the copy-to-CPU fallback" in str(m.message) for m in w))
     """, env={"TORCHNEURON_CPU_FALLBACK_OPS": "aten::tanh"}).stdout.splitlines()
     assert out == ["True neuron:0", "['aten::tanh']", "{'cpu_copy': 1}", "True"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("padding_idx", [-1, 0, 3])
+@pytest.mark.parametrize("scale_grad_by_freq", [False, True])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_embedding_weight_gradient_equals_cpu_bit_for_bit(dtype, padding_idx, scale_grad_by_freq, index_dtype):
+    # float32/float64 without scaling are made on the device by index_add_
+    # (csrc/aten/native/Compat.cpp); the other cases run ATen's kernel.
+    torch.manual_seed(0)
+    for shape in [(2, 50), (700,), (0,), (4, 3, 5)]:
+        idx = torch.randint(0, 40, shape, dtype=index_dtype)
+        if idx.numel():
+            idx.view(-1)[:5] = 3  # repeated tokens, and the padding token
+        grad = torch.randn(*shape, 16, dtype=dtype)
+        args = (40, padding_idx, scale_grad_by_freq)
+        ref = torch.ops.aten.embedding_dense_backward(grad, idx, *args)
+        got = torch.ops.aten.embedding_dense_backward(grad.to("neuron"), idx.to("neuron"), *args)
+        assert got.device.type == "neuron" and got.dtype == ref.dtype
+        assert torch.equal(got.cpu(), ref), (shape, (got.cpu() - ref).abs().max())
+
+
+def test_embedding_backward_through_autograd_with_padding():
+    emb_cpu = torch.nn.Embedding(30, 8, padding_idx=2)
+    emb = torch.nn.Embedding(30, 8, padding_idx=2).to("neuron")
+    emb.load_state_dict(emb_cpu.state_dict())
+    idx = torch.tensor([[2, 5, 5, 29], [0, 2, 7, 5]])
+    emb_cpu(idx).pow(2).sum().backward()
+    emb(idx.to("neuron")).pow(2).sum().backward()
+    assert torch.equal(emb.weight.grad.cpu(), emb_cpu.weight.grad)
+    assert emb.weight.grad[2].abs().sum().item() == 0

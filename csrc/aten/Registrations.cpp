@@ -65,6 +65,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // generic behaviour that is wrong for neuron
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(native::_has_compatible_shallow_copy_type));
   m.impl("histc", TORCH_FN(native::histc));
+  m.impl("embedding_dense_backward", TORCH_FN(native::embedding_dense_backward));
   // random ops whose CPU kernels would use the CPU generator
   m.impl("native_dropout", TORCH_FN(native::native_dropout));
 }

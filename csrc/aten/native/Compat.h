@@ -14,4 +14,13 @@ bool _has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor&
 at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min,
                  const at::Scalar& max);
 
+// The embedding's weight gradient, made in a device buffer by index_add_:
+// ATen's CPU kernel zero-fills a fresh host buffer of the whole weight's size
+// every call (a page fault per 4 KiB of a 100 MB vocabulary gradient) before
+// the result is copied to the device. float32 and float64 only (bit for bit
+// ATen's result); other cases run ATen's kernel.
+at::Tensor embedding_dense_backward(const at::Tensor& grad_output, const at::Tensor& indices,
+                                    c10::SymInt num_weights, c10::SymInt padding_idx,
+                                    bool scale_grad_by_freq);
+
 }  // namespace torchneuron::native
