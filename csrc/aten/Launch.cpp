@@ -4,9 +4,9 @@
 #include <c10/core/StorageImpl.h>
 
 #include "csrc/aten/DeviceTensors.h"
-#include "csrc/runtime/NeuronAllocator.h"
 #include "csrc/runtime/BlockingWait.h"
 #include "csrc/runtime/HostThreads.h"
+#include "csrc/runtime/NeuronAllocator.h"
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronStream.h"
 #include "neuronrt/neuronrt.hpp"
