@@ -998,6 +998,17 @@ def test_embedding_backward_through_autograd_with_padding():
     emb.load_state_dict(emb_cpu.state_dict())
     idx = torch.tensor([[2, 5, 5, 29], [0, 2, 7, 5]])
     emb_cpu(idx).pow(2).sum().backward()
+    added = torchneuron.executed_ops().get("aten::index_add_", {})
     emb(idx.to("neuron")).pow(2).sum().backward()
     assert torch.equal(emb.weight.grad.cpu(), emb_cpu.weight.grad)
     assert emb.weight.grad[2].abs().sum().item() == 0
+    # Made on the device by index_add_, not by ATen's kernel on a host buffer.
+    assert sum(torchneuron.executed_ops()["aten::index_add_"].values()) == sum(added.values()) + 1
+
+
+def test_embedding_backward_refuses_float_indices_naming_the_op():
+    grad = torch.randn(3, 4, device="neuron")
+    with pytest.raises(RuntimeError, match="embedding_dense_backward: indices must be int64 or int32, got Float"):
+        torch.ops.aten.embedding_dense_backward(grad, torch.zeros(3, device="neuron"), 10, -1, False)
+    ok = torch.ops.aten.embedding_dense_backward(grad, torch.zeros(3, dtype=torch.long, device="neuron"), 10, -1, False)
+    assert torch.equal(ok.cpu()[0], grad.cpu().sum(0))  # the process keeps working

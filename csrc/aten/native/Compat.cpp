@@ -40,6 +40,9 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output, const at::Ten
         .back()
         .toTensor();
   }
+  TORCH_CHECK(indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt,
+              "[neuron] embedding_dense_backward: indices must be int64 or int32, got ",
+              indices.scalar_type());
   const int64_t rows = num_weights.guard_int(__FILE__, __LINE__);
   const int64_t pad = padding_idx.guard_int(__FILE__, __LINE__);
   const int64_t dim = grad_output.size(-1);
