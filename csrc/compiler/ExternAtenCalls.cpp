@@ -11,6 +11,7 @@
 #include "csrc/aten/DeviceTensors.h"
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/OpPlan.h"
+#include "csrc/aten/native/Compat.h"
 #include "csrc/aten/native/Matmul.h"
 #include "csrc/runtime/WorkerThreads.h"
 
@@ -191,6 +192,34 @@ bool ExternAtenCalls::run_scatter_into_view(const nc::Program& p, const nc::Step
   return true;
 }
 
+// embedding_dense_backward: ATen's kernel (and its out= form, which calls it)
+// zero-fills a fresh host buffer of the whole weight every call, a page fault
+// per 4 KiB. Computed as the eager device computes it (native/Compat.h), in
+// the planned buffer.
+bool ExternAtenCalls::run_embedding_backward_into(const nc::Program& p, const nc::Step& step,
+                                                  const ProgramStorages& storages) {
+  if (step.node.op != "aten::embedding_dense_backward.default" || step.node.outputs.size() != 1 ||
+      step.node.outputs[0] < 0) {
+    return false;
+  }
+  const auto& a = step.node.args;
+  if (a.size() != 5 || a[0].kind != nc::Arg::Kind::kTensor || a[1].kind != nc::Arg::Kind::kTensor ||
+      a[3].kind != nc::Arg::Kind::kInt || !a[4].is_scalar()) {
+    return false;
+  }
+  const int32_t out_id = step.node.outputs[0];
+  if (!native::embedding_backward_by_index_add(scalar_type_of(p.values[out_id].layout.dtype), a[4].scalar() != 0)) {
+    return false;
+  }
+  CpuAliases aliases;
+  const at::Tensor out = aliases(value_tensor(p, storages, out_id));
+  const at::Tensor grad = aliases(value_tensor(p, storages, static_cast<int32_t>(a[0].i)));
+  const at::Tensor indices = aliases(value_tensor(p, storages, static_cast<int32_t>(a[1].i)));
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  native::embedding_backward_into(out, grad, indices, a[3].i);
+  return true;
+}
+
 ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()) {
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const nc::Step& s = p.steps[i];
@@ -291,6 +320,7 @@ void ExternAtenCalls::run(const Resolved& r, const nc::Program& p, const nc::Ste
   }
   if (run_skinny_matmul(p, step, storages)) return;
   if (run_scatter_into_view(p, step, storages)) return;
+  if (run_embedding_backward_into(p, step, storages)) return;
   const auto& schema = r.op.schema();
   Stack args;
   args.reserve(step.node.args.size());

@@ -65,6 +65,8 @@ class ExternAtenCalls {
                                 const ProgramStorages& storages);
   static bool run_scatter_into_view(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
                                     const ProgramStorages& storages);
+  static bool run_embedding_backward_into(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
+                                          const ProgramStorages& storages);
   static void run(const Resolved& r, const neuroncompiler::Program& program, const neuroncompiler::Step& step,
                   const ProgramStorages& storages, c10::DeviceIndex device);
 

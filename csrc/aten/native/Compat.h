@@ -23,4 +23,12 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output, const at::Ten
                                     c10::SymInt num_weights, c10::SymInt padding_idx,
                                     bool scale_grad_by_freq);
 
+// Whether embedding_backward_into gives ATen's bits for this case.
+bool embedding_backward_by_index_add(c10::ScalarType grad_dtype, bool scale_grad_by_freq);
+
+// The embedding's weight gradient written into `grad_weight` (rows x dim, any
+// device: a compiled program passes CPU views of its planned buffers).
+void embedding_backward_into(const at::Tensor& grad_weight, const at::Tensor& grad_output,
+                             const at::Tensor& indices, int64_t padding_idx);
+
 }  // namespace torchneuron::native
