@@ -5,6 +5,7 @@ in the same run, plus small-message all_reduce latency (dist.all_reduce(t) and t
 stream synchronization, and async_op=True with a host wait).
 
     python -m torch.distributed.run --nproc_per_node=2 benchmarks/collectives.py [--max-mib 64]
+        [--min-kib 4] [--ops all_reduce all_gather reduce_scatter]
 
 Bus bandwidth as nccl-tests define it: all_reduce 2(n-1)/n x bytes / time, all_gather
 and reduce_scatter (n-1)/n x bytes of the whole buffer / time. Timings on a shared
@@ -89,6 +90,9 @@ def memcpy_gbps(nbytes, budget_s):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-mib", type=int, default=64)
+    ap.add_argument("--min-kib", type=int, default=4, help="smallest message (a power of 4 KiB)")
+    ap.add_argument("--ops", nargs="+", default=["all_reduce", "all_gather", "reduce_scatter"],
+                    choices=["all_reduce", "all_gather", "reduce_scatter"])
     ap.add_argument("--budget", type=float, default=0.3, help="seconds per case and backend")
     args = ap.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -97,13 +101,15 @@ def main():
     neuron = torch.device("neuron", local_rank)
     sizes = []
     s = 4 << 10
+    while s < args.min_kib << 10:
+        s *= 4
     while s <= args.max_mib << 20:
         sizes.append(s)
         s *= 4
     if rank == 0:
         print(f"{world} ranks; bus bandwidth GB/s (neuron / gloo = ratio); memcpy GB/s of the same size")
         print(f"{'op':<15}{'size':>10}{'neuron':>10}{'gloo':>10}{'ratio':>8}{'memcpy':>9}{'neuron/memcpy':>15}")
-    for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+    for kind in args.ops:
         for nbytes in sizes:
             res = {}
             for name, dev in (("neuron", neuron), ("gloo", torch.device("cpu"))):
