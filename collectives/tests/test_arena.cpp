@@ -148,6 +148,62 @@ TEST(DirectAccess, BroadcastAndAllGatherFromArenas) {
   EXPECT_EQ(nctest::failures(nctest::run_threads(o, direct_copies_body)), "");
 }
 
+// reduce_scatter from arenas: each rank reduces its part straight from every
+// rank's input, for a few ops and dtypes, in place (the output is this rank's
+// part of its input), and for an output large enough to be streamed; the same
+// calls on ordinary memory are staged.
+std::string direct_reduce_scatter_body(Ctx& c) {
+  NC_NEED_GROUP(c);
+  const int n = c.group->size(), me = c.rank;
+  std::unique_ptr<SharedArena> arena;
+  const size_t large = (size_t(8) << 20) / 4 + 17;  // a streamed output (kStreamOutputBytes)
+  NC_CHECK_OK(SharedArena::create(n * large * 4 + large * 4 + (1 << 20), &arena));
+  uint64_t expected_direct = 0;
+  for (bool in_arena : {true, false}) {
+    for (auto [d, op, count] : {std::tuple{DType::kFloat32, ReduceOp::kSum, size_t(50001)},
+                                std::tuple{DType::kBFloat16, ReduceOp::kPremulSum, size_t(70001)},
+                                std::tuple{DType::kInt32, ReduceOp::kMax, size_t(50001)},
+                                std::tuple{DType::kFloat32, ReduceOp::kSum, large}}) {
+      const size_t es = dtype_size(d);
+      std::vector<std::vector<uint8_t>> wide;
+      for (int r = 0; r < n; ++r) wide.push_back(nctest::make_input(d, r, n * count));
+      const auto want = nctest::reference_reduce(d, op, wide, count, me * count);
+      std::vector<uint8_t> plain_in(n * count * es), plain_out(count * es);
+      auto* in = in_arena ? static_cast<uint8_t*>(arena->allocate(n * count * es, 64)) : plain_in.data();
+      auto* out = in_arena ? static_cast<uint8_t*>(arena->allocate(count * es, 64)) : plain_out.data();
+      NC_CHECK(in && out, "arena full");
+      const double scale = op == ReduceOp::kPremulSum ? nctest::premul_factor(me) : 1.0;
+      const std::string at = std::string(in_arena ? "arena " : "plain ") + dtype_name(d) + " count " +
+                             std::to_string(count);
+      std::memcpy(in, wide[me].data(), n * count * es);
+      NC_CHECK_OK(c.group->reduce_scatter(in, out, count, d, op, scale));
+      std::string diff = nctest::compare_bytes(d, out, want.data(), count, "reduce_scatter " + at);
+      NC_CHECK(diff.empty(), diff);
+      NC_CHECK_OK(c.group->reduce_scatter(in, in + me * count * es, count, d, op, scale));
+      diff = nctest::compare_bytes(d, in + me * count * es, want.data(), count, "in place " + at);
+      NC_CHECK(diff.empty(), diff);
+      if (in_arena) {
+        expected_direct += 2;
+        arena->deallocate(in);
+        arena->deallocate(out);
+      }
+      const GroupStats st = c.group->stats();
+      NC_CHECK(st.direct_reduce_scatters == expected_direct,
+               at + ": direct reduce_scatters " + std::to_string(st.direct_reduce_scatters) + ", expected " +
+                   std::to_string(expected_direct));
+    }
+  }
+  return "";
+}
+
+TEST(DirectAccess, ReduceScatterFromArenas) {
+  nctest::Options o;
+  o.size = 3;
+  EXPECT_EQ(nctest::failures(nctest::run_processes(o, direct_reduce_scatter_body)), "");
+  o.size = 2;
+  EXPECT_EQ(nctest::failures(nctest::run_threads(o, direct_reduce_scatter_body)), "");
+}
+
 // A rank whose arena peers cannot map (here the last rank's memfd number now
 // names another file, as a peer in another pid namespace would open the wrong
 // /proc entry): every rank agrees, the collective and later ones go through

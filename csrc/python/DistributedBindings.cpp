@@ -45,6 +45,7 @@ void define_process_group(py::module_& m) {
         d["direct_all_reduces"] = s.direct_all_reduces;
         d["direct_broadcasts"] = s.direct_broadcasts;
         d["direct_all_gathers"] = s.direct_all_gathers;
+        d["direct_reduce_scatters"] = s.direct_reduce_scatters;
         d["inline_collectives"] = pg.inline_runs();
         return d;
       });

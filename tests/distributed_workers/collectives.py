@@ -405,8 +405,9 @@ def main():
     data_movement(rank, world, dev)
     if os.environ.get("TORCHNEURON_DIST_SHARED_MEMORY") == "1":
         stats = dist.distributed_c10d._get_default_group()._get_backend(dev)._stats()
-        check(stats["direct_broadcasts"] > 0 and stats["direct_all_gathers"] > 0,
-              f"broadcast and all_gather read peers' device memory: {stats}")
+        check(stats["direct_broadcasts"] > 0 and stats["direct_all_gathers"] > 0
+              and stats["direct_reduce_scatters"] > 0,
+              f"broadcast, all_gather and reduce_scatter read peers' device memory: {stats}")
     all_to_all_uneven(rank, world, dev)
     point_to_point(rank, world, dev)
     point_to_point_one_by_one(rank, world, dev)

@@ -49,6 +49,7 @@ struct GroupStats {
   uint64_t direct_all_reduces = 0;   // read straight from peers' arenas
   uint64_t direct_broadcasts = 0;    // copied straight from the root's arena
   uint64_t direct_all_gathers = 0;   // copied straight from peers' arenas
+  uint64_t direct_reduce_scatters = 0;  // reduced straight from peers' arenas
 };
 
 class Group {

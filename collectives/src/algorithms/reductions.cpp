@@ -6,8 +6,9 @@
 // chunk: rank r reduces part r of the chunk from every rank's copy and the
 // others copy the reduced parts, so each byte is reduced once. When every
 // rank's input and output live in SharedArenas, the large path reads peers'
-// buffers directly with no staging copy. Each element is always reduced in
-// rank order 0..n-1 by one kernel, so every rank ends with the same bits.
+// buffers directly with no staging copy; so does a reduce_scatter of more
+// than one round. Each element is always reduced in rank order 0..n-1 by one
+// kernel, so every rank ends with the same bits.
 #include <vector>
 
 #include "common.hpp"
@@ -152,25 +153,51 @@ Status Group::Impl::reduce_scatter(const void* in, void* out, size_t count, DTyp
   const size_t region = chunk * esz;
   const size_t rounds = std::max<size_t>(1, ceil_div(count, chunk));
   const bool stream = count * esz >= algorithms::kStreamOutputBytes;
-  return run(
-      d, rounds,
-      [&](size_t k) {
-        const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
-        for (int q = 0; q < n; ++q) {
-          if (q == me) continue;
-          copy_bytes(staging(me) + q * region,
-                     static_cast<const char*>(in) + (q * count + off) * esz, m * esz);
-        }
-      },
-      [&](size_t k) {
-        const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
-        char* dst = static_cast<char*>(out) + off * esz;
-        char* scratch = staging(me) + me * region;
-        reduce_staged(d, me * region, stream ? scratch : dst, m,
-                      static_cast<const char*>(in) + (me * count + off) * esz);
-        if (stream) algorithms::stream_bytes(dst, scratch, m * esz);
-        return Status{};
-      });
+  auto write = [&](size_t k) {
+    const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      copy_bytes(staging(me) + q * region, static_cast<const char*>(in) + (q * count + off) * esz,
+                 m * esz);
+    }
+  };
+  auto read = [&](size_t k) {
+    const size_t off = k * chunk, m = algorithms::part(count, chunk, k);
+    char* dst = static_cast<char*>(out) + off * esz;
+    char* scratch = staging(me) + me * region;
+    reduce_staged(d, me * region, stream ? scratch : dst, m,
+                  static_cast<const char*>(in) + (me * count + off) * esz);
+    if (stream) algorithms::stream_bytes(dst, scratch, m * esz);
+    return Status{};
+  };
+  const size_t in_bytes = count * esz * n;
+  // One round: staged (a direct attempt costs a descriptor round first).
+  if (in_bytes <= staging_bytes) return run(d, rounds, write, read);
+
+  // With every rank's input in an arena: each rank reduces its part straight
+  // from every rank's input (no staging copy), through its own staging when
+  // the output is streamed.
+  if (local.ok()) d.in = arena_of(in, in_bytes);
+  NEURONCOLL_RETURN_IF_ERROR(acquire("reduce_scatter"));
+  NEURONCOLL_RETURN_IF_ERROR(exchange(d));
+  bool direct = true;
+  for (int p = 0; p < n; ++p) direct = direct && slot(p).desc.in.uid;
+  std::vector<char*> pin, pout;
+  if (direct) NEURONCOLL_RETURN_IF_ERROR(check_direct("reduce_scatter", &pin, &pout, &direct));
+  if (!direct) return staged_rounds(0, rounds, write, read, "reduce_scatter");
+  ++stats.direct_reduce_scatters;
+  std::vector<const void*> srcs(n);
+  std::vector<double> scales(n);
+  for (int p = 0; p < n; ++p) scales[p] = slot(p).desc.scale;
+  const size_t step_count = stream ? staging_bytes / esz : count;
+  for (size_t off = 0; off < count; off += step_count) {
+    const size_t m = std::min(step_count, count - off);
+    for (int p = 0; p < n; ++p) srcs[p] = pin[p] + (me * count + off) * esz;
+    char* dst = static_cast<char*>(out) + off * esz;
+    algorithms::reduce(dtype, op, stream ? staging(me) : dst, srcs.data(), scales.data(), n, m, n);
+    if (stream) algorithms::stream_bytes(dst, staging(me), m * esz);
+  }
+  return round("reduce_scatter");  // peers are done reading this rank's input
 }
 
 }  // namespace neuroncoll
