@@ -8,8 +8,11 @@ stream synchronization, and async_op=True with a host wait).
         [--min-kib 4] [--ops all_reduce all_gather reduce_scatter]
 
 Bus bandwidth as nccl-tests define it: all_reduce 2(n-1)/n x bytes / time, all_gather
-and reduce_scatter (n-1)/n x bytes of the whole buffer / time. Timings on a shared
-machine are noisy; compare within one run.
+and reduce_scatter (n-1)/n x bytes of the whole buffer / time. The memcpy peer is timed
+between the neuron collective's iterations, every rank copying at the same moment: the
+share of the host's memory bandwidth each rank has while all of them move data, under
+the same conditions as the collective (on a shared machine that bandwidth drifts by 2x
+within seconds). Timings on a shared machine are noisy; compare within one run.
 """
 import argparse
 import os
@@ -28,20 +31,29 @@ def agreed_max(value):
     return t.item()
 
 
-def timed(fn, budget_s, min_iters=3, max_iters=200):
+def timed(fn, budget_s, min_iters=3, max_iters=200, between=None):
+    """The slowest rank's median time of `fn`; with `between`, also this rank's median
+    time of `between`, run after each timed call of `fn`."""
     fn()  # warm-up (first-use costs, page faults)
+    if between:
+        between()
     t0 = time.perf_counter()
     fn()
     # Every rank must run the same number of collectives: agree on it.
     first = agreed_max(time.perf_counter() - t0)
     iters = int(min(max_iters, max(min_iters, budget_s / max(first, 1e-9))))
-    times = []
+    times, between_times = [], []
     for _ in range(iters):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
+        if between:
+            t0 = time.perf_counter()
+            between()
+            between_times.append(time.perf_counter() - t0)
     # A collective ends on the last rank: take the slowest rank's median.
-    return agreed_max(statistics.median(times))
+    slowest = agreed_max(statistics.median(times))
+    return (slowest, statistics.median(between_times)) if between else slowest
 
 
 def completed(fn, device):
@@ -73,18 +85,10 @@ def case(kind, nbytes, world, rank, device):
             (world - 1) / world * per * world * 4)
 
 
-def memcpy_gbps(nbytes, budget_s):
+def host_copy(nbytes):
     src = torch.ones(max(1, nbytes // 4))
     dst = torch.empty_like(src)
-    fn = lambda: dst.copy_(src)  # noqa: E731
-    fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < 3 or (time.perf_counter() - start < budget_s and len(times) < 200):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return nbytes / statistics.median(times) / 1e9
+    return lambda: dst.copy_(src)
 
 
 def main():
@@ -111,11 +115,11 @@ def main():
         print(f"{'op':<15}{'size':>10}{'neuron':>10}{'gloo':>10}{'ratio':>8}{'memcpy':>9}{'neuron/memcpy':>15}")
     for kind in args.ops:
         for nbytes in sizes:
-            res = {}
-            for name, dev in (("neuron", neuron), ("gloo", torch.device("cpu"))):
-                fn, bus_bytes = case(kind, nbytes, world, rank, dev)
-                res[name] = bus_bytes / timed(fn, args.budget) / 1e9
-            mem = memcpy_gbps(nbytes, args.budget / 3)
+            fn, bus_bytes = case(kind, nbytes, world, rank, neuron)
+            t, t_copy = timed(fn, args.budget, between=host_copy(nbytes))
+            fn, _ = case(kind, nbytes, world, rank, torch.device("cpu"))
+            res = {"neuron": bus_bytes / t / 1e9, "gloo": bus_bytes / timed(fn, args.budget) / 1e9}
+            mem = nbytes / t_copy / 1e9
             if rank == 0:
                 size = f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
                 print(f"{kind:<15}{size:>10}{res['neuron']:>10.2f}{res['gloo']:>10.2f}"
