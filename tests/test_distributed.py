@@ -259,14 +259,14 @@ def test_abort_and_destroy_release_a_rank_stuck_in_a_collective():
 
 
 def test_llama_fsdp2_tensor_parallel_checkpoints_and_tp_plan_auto(tmp_path):
-    """A small LlamaForCausalLM: FSDP2 and tensor parallelism on 2 ranks equal one
-    device; saved with torch.distributed.checkpoint and exported as a Transformers
+    """A small LlamaForCausalLM: FSDP2, tensor parallelism and tensor + sequence
+    parallelism on 2 ranks equal one device; saved with torch.distributed.checkpoint and exported as a Transformers
     safetensors checkpoint; reloaded (resharded) on 3 ranks; tp_plan="auto" on 3 ranks
     gives the single-device logits."""
     code, out = torchrun("llama.py", "train", str(tmp_path), nproc=2, timeout=240)
     assert code == 0, out[-8000:]
     for r in range(2):
-        for what in ("fsdp2", "tensor parallel", "checkpoint and export"):
+        for what in ("fsdp2", "tensor parallel", "sequence parallel", "checkpoint and export"):
             assert f"rank {r}: llama {what} OK" in out, out[-8000:]
     code, out = torchrun("llama.py", "reload", str(tmp_path), nproc=3, timeout=240)
     assert code == 0, out[-8000:]

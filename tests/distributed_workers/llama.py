@@ -1,9 +1,10 @@
 """A small Transformers LlamaForCausalLM (from a config, random weights) under torchrun.
 Usage: llama.py train DIR (2 ranks) | llama.py reload DIR (another world size).
 
-train: FSDP2 (fully_shard per decoder layer) and tensor parallelism (parallelize_module,
-colwise q/k/v/gate/up, rowwise o/down) each train a few SGD steps; the parameters equal a
-single-device run on CPU on the same global batch. The FSDP2 model is saved with
+train: FSDP2 (fully_shard per decoder layer), tensor parallelism (parallelize_module,
+colwise q/k/v/gate/up, rowwise o/down) and tensor + sequence parallelism (the norms and
+the residual stream sharded along the sequence) each train a few SGD steps; the
+parameters equal a single-device run on CPU on the same global batch. The FSDP2 model is saved with
 torch.distributed.checkpoint to DIR/dcp and exported as a standard Transformers
 safetensors checkpoint to DIR/hf, which loads on CPU with the same weights (bit for bit)
 and logits.
@@ -45,7 +46,7 @@ def batches(world):
     return [torch.randint(3, 96, (PER_RANK * world, SEQ), generator=g) for _ in range(STEPS)]
 
 
-def train(model, data, take, dev):
+def train(model, data, take, dev, **call):
     # SGD keeps the updates linear in the gradients: Adam divides tiny gradients by
     # their own size, so a rounding-level difference of the reduction order could
     # move a rarely used embedding row by a visible step.
@@ -55,7 +56,7 @@ def train(model, data, take, dev):
     for ids in data:
         x = take(ids).to(dev)
         opt.zero_grad()
-        model(input_ids=x, labels=x).loss.backward()
+        model(input_ids=x, labels=x, **call).loss.backward()
         opt.step()
 
 
@@ -88,6 +89,37 @@ def tensor_parallel(model, mesh):
     return parallelize_module(model, mesh, plan)
 
 
+def sequence_parallel(model, mesh):
+    """Tensor parallelism as above, with the norms, the residual stream and the
+    embedding's output sharded along the sequence (torch's Llama recipe): attention
+    and MLP gather the sequence and their last projection reduce-scatters it."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+    plan = {
+        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "model.norm": SequenceParallel(),
+        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+    }
+    for i in range(len(model.model.layers)):
+        p = f"model.layers.{i}."
+        plan.update({
+            p + "input_layernorm": SequenceParallel(),
+            # The decoder layer passes hidden_states to attention by keyword.
+            p + "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                                desired_input_kwarg_layouts={"hidden_states": Replicate()},
+                                                use_local_output=True),
+            p + "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+            p + "post_attention_layernorm": SequenceParallel(),
+            p + "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+                                          use_local_output=True),
+            p + "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+        })
+        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"):
+            plan[p + name] = ColwiseParallel()
+    return parallelize_module(model, mesh, plan)
+
+
 def logits(model, ids, dev):
     with torch.no_grad():
         return model(input_ids=ids.to(dev)).logits.cpu()
@@ -107,6 +139,14 @@ def run_train(root, rank, world, dev, mesh):
     train(tp, data, lambda t: t, dev)
     same_params(tp, ref, "tensor parallel")
     print(f"rank {rank}: llama tensor parallel OK", flush=True)
+
+    # Each rank's embedding output holds part of the sequence: the positions (and so
+    # the rotary angles) of the whole sequence are passed, not derived from it.
+    sp = sequence_parallel(build().to(dev), mesh)
+    train(sp, data, lambda t: t, dev, position_ids=torch.arange(SEQ, device=dev).unsqueeze(0),
+          use_cache=False)
+    same_params(sp, ref, "sequence parallel")
+    print(f"rank {rank}: llama sequence parallel OK", flush=True)
 
     # torch.distributed.checkpoint: every rank writes its shards.
     dcp.save({"model": get_model_state_dict(fsdp)}, checkpoint_id=os.path.join(root, "dcp"))
