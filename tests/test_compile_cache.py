@@ -201,6 +201,7 @@ WARM_START_SCRIPT = textwrap.dedent("""
     compiled = torch.compile(model, backend="neuron")
     with torch.no_grad():
         y = compiled(x)  # an inference graph
+    assert "torch._inductor.lowering" not in sys.modules, "AOTAutograd's cache key imported Inductor's lowerings"
     compiled(x).sum().backward()  # a training graph: forward and backward
     # From its second call n is a runtime integer: n * 3 + 1 is a host step of the call
     # plan; the arange, which depends on no input, a constant of the plan.
@@ -208,6 +209,10 @@ WARM_START_SCRIPT = textwrap.dedent("""
     counted = [(float(count(x, n)[0].sum()), count(x, n)[1]) for n in (1, 2, 3)]
     expected = float((x.cpu() * 2 + torch.arange(8)).sum())
     assert all(abs(total - expected) < 1e-4 for total, _ in counted), (counted, expected)
+    # The cache keys were computed without importing Inductor's code generators (output_code.py);
+    # a cold training graph imports them anyway (the partitioner's CSE uses Inductor's pattern matcher).
+    if step in ("warm", "load"):
+        assert "torch._inductor.lowering" not in sys.modules, "AOTAutograd's cache key imported Inductor's lowerings"
     if step == "cold":
         # A graph the compiler leaves to eager ops (a tensor times a runtime integer)
         # is not kept by AOTAutograd's cache.
@@ -263,6 +268,23 @@ def test_a_second_process_skips_aotautograd_with_our_programs_in_its_cache(tmp_p
             entry.write_bytes(bytes(data))
     corrupt = run("corrupt", "a")
     assert [s for s, _ in corrupt[0]] == ["miss"] * 4 and corrupt[1:] == values, corrupt
+
+
+def test_the_cache_key_still_registers_inductors_code_generators():
+    """output_code.without_inductor_registration replaces codecache's reference
+    to Inductor's registration while the backend computes AOTAutograd's key: it
+    is needed (and right) only while the key's constructor calls it by that name."""
+    import inspect
+
+    from torch._inductor import codecache
+
+    from torchneuron.compile import output_code
+
+    assert "init_backend_registration()" in inspect.getsource(codecache.FxGraphHashDetails.__init__)
+    original = codecache.init_backend_registration
+    with output_code.without_inductor_registration():
+        assert codecache.init_backend_registration is not original
+    assert codecache.init_backend_registration is original
 
 
 @pytest.mark.usefixtures("fresh_dynamo")

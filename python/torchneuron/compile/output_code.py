@@ -19,6 +19,17 @@ its backward graphs are compiled with the forward (the cache keeps a training
 graph only once both are compiled): backend.py sets both options around its
 AOTAutograd call only. A graph that runs eagerly is not kept: its entry is
 bypassed and the next process traces it again.
+
+The cache key of an entry (torch._inductor.codecache's FxGraphHashDetails)
+starts by registering Inductor's code generators for every device it knows,
+to include their custom passes: 0.3-0.5 s of imports per process (all of
+Inductor's lowerings and kernel templates), paid on a cold compile and on a
+warm start alike, although our programs never pass through Inductor. While
+the backend computes its key that registration is skipped
+(`without_inductor_registration`): the key then names the passes of the
+devices registered so far (neuron's refusal, inductor.py), the same in every
+process that compiled only with this backend. A process that ran Inductor
+first gets another key: a miss, never a wrong program.
 """
 import contextlib
 import contextvars
@@ -37,9 +48,29 @@ _compiling: contextvars.ContextVar = contextvars.ContextVar("torchneuron_compili
 def compiling(record: dict, opts):
     token = _compiling.set((record, opts))
     try:
-        yield
+        with without_inductor_registration():
+            yield
     finally:
         _compiling.reset(token)
+
+
+@contextlib.contextmanager
+def without_inductor_registration():
+    """AOTAutograd's cache key without importing Inductor's code generators
+    (see the module's docstring). Only codecache's own reference is replaced:
+    Inductor's lowering calls the registration from its home module."""
+    from torch._inductor import codecache
+
+    original = codecache.init_backend_registration
+    codecache.init_backend_registration = _skip_registration
+    try:
+        yield
+    finally:
+        codecache.init_backend_registration = original
+
+
+def _skip_registration() -> None:
+    pass
 
 
 class NeuronOutputCode(OutputCode):
