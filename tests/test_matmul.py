@@ -2,6 +2,8 @@
 run the device's skinny-matmul kernel (kernels/), everything else the general
 path; both against PyTorch on CPU, with the layouts linear layers produce,
 bias broadcasts, autograd, bad input, and a decode step of a real model."""
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -217,3 +219,112 @@ def test_decode_step_of_a_model_uses_the_kernel():
     assert torch.equal(got.cpu(), want)
     # 7 projections per layer and the head, for each of the 5 decode steps
     assert kernel_runs("aten::mm") >= 5 * (2 * 7 + 1), torchneuron.executed_ops().get("aten::mm")
+
+
+# Float32 products with many rows: oneDNN on AMD CPUs with AVX-512 (ATen's MKL
+# runs its AVX2 code there), ATen's MKL elsewhere; TORCHNEURON_FLOAT32_GEMM
+# forces either, so both paths are tested on any machine.
+_FLOAT32_GEMM_CHECKS = """
+    import json, math
+    import torch, torchneuron
+
+    def error(got, cpu, exact):
+        # the device's error against float64 may be at most twice CPU's (both sum in float32)
+        scale = exact.abs().max().item()
+        dev = (got.double() - exact).abs().max().item()
+        ref = (cpu.double() - exact).abs().max().item()
+        return dev <= 2 * ref + torch.finfo(torch.float32).eps * scale, dev, ref
+
+    g = torch.Generator().manual_seed(0)
+    results = {}
+    x, w = torch.randn(96, 256, generator=g), torch.randn(320, 256, generator=g)  # 7.9M multiply-adds
+    cases = {
+        "mm_linear_weight": (lambda x, w, b: torch.mm(x, w.t()), (x, w, None)),
+        "mm_contiguous": (lambda x, w, b: torch.mm(x, w.t().contiguous()), (x, w, None)),
+        "mm_transposed_x": (lambda x, w, b: torch.mm(x.t().contiguous().t(), w.t()), (x, w, None)),
+        "mm_strided": (lambda x, w, b: torch.mm(x[:, ::2], w[:, ::2].t()),
+                       (torch.randn(96, 512, generator=g), torch.randn(320, 512, generator=g), None)),
+        "addmm_bias_row": (lambda x, w, b: torch.addmm(b, x, w.t()), (x, w, torch.randn(320, generator=g))),
+        "addmm_bias_column": (lambda x, w, b: torch.addmm(b, x, w.t()), (x, w, torch.randn(96, 1, generator=g))),
+        "addmm_bias_full": (lambda x, w, b: torch.addmm(b, x, w.t(), beta=0.5, alpha=-2.0),
+                            (x, w, torch.randn(96, 320, generator=g))),
+        "linear": (lambda x, w, b: torch.nn.functional.linear(x, w, b), (x, w, torch.randn(320, generator=g))),
+    }
+    for name, (fn, args) in cases.items():
+        torchneuron.reset_executed_ops()
+        got = fn(*(a.to("neuron") if a is not None else None for a in args)).cpu()
+        ops = torchneuron.executed_ops()
+        kernel = sum(ops.get(op, {}).get("kernel", 0) for op in ("aten::mm", "aten::addmm"))
+        ok, dev, ref = error(got, fn(*args), fn(*(a.double() if a is not None else None for a in args)))
+        results[name] = [ok, dev, ref, kernel]
+
+    # beta = 0: the bias is ignored, NaNs included (as ATen does)
+    nan_bias = torch.full((320,), float("nan"))
+    got = torch.addmm(nan_bias.to("neuron"), x.to("neuron"), w.t().to("neuron"), beta=0).cpu()
+    results["beta0_ignores_nan_bias"] = bool(torch.isfinite(got).all()) and torch.allclose(got, x @ w.t(), atol=1e-4)
+    # inputs changed after the product was queued do not reach it
+    xd, wd = x.to("neuron"), w.t().to("neuron")
+    y = torch.mm(xd, wd)
+    xd.zero_()
+    results["queued_inputs"] = torch.allclose(y.cpu(), x @ w.t(), atol=1e-4)
+
+    # a training step of a linear layer: gradients as CPU's
+    torch.manual_seed(1)
+    layer = torch.nn.Linear(256, 320)
+    dev_layer = torch.nn.Linear(256, 320).to("neuron")
+    dev_layer.load_state_dict(layer.state_dict())
+    for m, inp in ((layer, x), (dev_layer, x.to("neuron"))):
+        m(inp).square().mean().backward()
+    exact = torch.nn.Linear(256, 320).double()
+    exact.load_state_dict(layer.state_dict())
+    exact(x.double()).square().mean().backward()
+    results["grad_weight"] = error(dev_layer.weight.grad.cpu(), layer.weight.grad, exact.weight.grad)[0]
+    results["grad_bias"] = error(dev_layer.bias.grad.cpu(), layer.bias.grad, exact.bias.grad)[0]
+
+    # a compiled program computes the product as eager does, bit for bit
+    torch._dynamo.reset()
+    xd = x.to("neuron")
+    f = lambda x, w, b: torch.relu(torch.addmm(b, x, w.t()))
+    args = (xd, w.to("neuron"), cases["linear"][1][2].to("neuron"))
+    results["compiled_equals_eager"] = torch.equal(torch.compile(f, backend="neuron")(*args).cpu(), f(*args).cpu())
+    print(json.dumps({"library": torchneuron.float32_gemm_library(), "results": results}))
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("library", ["onednn", "aten"])
+def test_float32_products_with_many_rows_match_cpu_in_either_library(run_python, library):
+    import json
+
+    out = json.loads(run_python(_FLOAT32_GEMM_CHECKS, {"TORCHNEURON_FLOAT32_GEMM": library}, timeout=240)
+                     .stdout.strip().splitlines()[-1])
+    assert out["library"] == library
+    results = out["results"]
+    for name, value in results.items():
+        if isinstance(value, list):
+            ok, dev, ref, kernel = value
+            assert ok, (name, f"device error {dev} vs CPU's {ref}")
+            # oneDNN's products are counted as the device's own kernels; ATen's as the general path
+            assert (kernel > 0) == (library == "onednn"), (name, kernel)
+        else:
+            assert value, name
+
+
+def test_float32_library_follows_the_cpu_and_the_setting(run_python):
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    amd_avx512 = "AuthenticAMD" in cpuinfo and " avx512f" in cpuinfo
+    code = "import torchneuron; print(torchneuron.float32_gemm_library())"
+    assert run_python(code, {"TORCHNEURON_FLOAT32_GEMM": ""}).stdout.strip() == ("onednn" if amd_avx512 else "aten")
+    assert run_python(code, {"TORCHNEURON_FLOAT32_GEMM": "auto"}).stdout.strip() == ("onednn" if amd_avx512 else "aten")
+    # A wrong name is an error at the first float32 product, naming the valid ones; the process goes on.
+    bad = run_python("""
+        import torch, torchneuron
+        a = torch.ones(64, 64, device="neuron")
+        try:
+            torch.mm(a, a)
+        except RuntimeError as e:
+            print(e)
+        print(torch.add(a, 1).sum().item())
+    """, {"TORCHNEURON_FLOAT32_GEMM": "mkl"})
+    assert "TORCHNEURON_FLOAT32_GEMM='mkl'" in bad.stdout and "onednn or aten" in bad.stdout, bad.stdout
+    assert bad.stdout.strip().splitlines()[-1] == str(64 * 64 * 2.0)

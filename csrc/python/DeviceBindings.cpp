@@ -1,5 +1,6 @@
 #include <torch/csrc/Generator.h>
 
+#include "csrc/aten/native/OneDnnGemm.h"
 #include "csrc/python/Bindings.h"
 #include "csrc/runtime/NeuronFunctions.h"
 #include "csrc/runtime/NeuronGenerator.h"
@@ -13,6 +14,7 @@ void bind_device(py::module_& m) {
   m.def("_device_count_error", &device_unavailable_reason);
   m.def("_kernel_isa", &kernel_isa_name);
   m.def("_supported_kernel_isas", &supported_kernel_isa_names);
+  m.def("_float32_gemm_library", [] { return std::string(native::float32_gemm_library()); });
   m.def("_get_device", [] { return static_cast<int>(current_device()); });
   m.def("_set_device", [](int d) { set_device(static_cast<c10::DeviceIndex>(d)); });
   m.def("_get_device_properties", [](int device) {

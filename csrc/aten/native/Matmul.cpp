@@ -1,6 +1,9 @@
 #include "csrc/aten/native/Matmul.h"
 
+#include <algorithm>
+
 #include <ATen/Context.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -11,6 +14,7 @@
 #include "csrc/aten/OpStats.h"
 #include "csrc/aten/native/Factory.h"
 #include "csrc/aten/native/KernelSupport.h"
+#include "csrc/aten/native/OneDnnGemm.h"
 
 namespace torchneuron::native {
 namespace {
@@ -108,7 +112,40 @@ bool is_one(const at::Scalar& s) {
   return s.isIntegral(/*includeBool=*/false) ? s.toLong() == 1 : s.toDouble() == 1.0;
 }
 
+// Queues [beta * bias +] alpha * (a @ b) through oneDNN into a fresh [M, N]
+// output, when onednn_takes the operands; otherwise nothing.
+std::optional<at::Tensor> run_onednn(const char* op, const at::Tensor& a, const at::Tensor& b,
+                                     const at::Tensor* bias, const at::Scalar& beta, const at::Scalar& alpha) {
+  if (beta.isComplex() || alpha.isComplex() || !onednn_takes(a, b, bias)) return std::nullopt;
+  const int64_t M = a.size(0), N = b.size(1);
+  at::Tensor y = empty_dense(a.device().index(), {M, N}, {N, 1}, a.dtype());
+  const float beta_f = static_cast<float>(beta.toDouble()), alpha_f = static_cast<float>(alpha.toDouble());
+  // ATen's addmm ignores the bias when beta is 0 (its NaNs too).
+  at::Tensor A = queued_alias(a), B = queued_alias(b), Y = queued_alias(y);
+  at::Tensor C = bias != nullptr && beta_f != 0.0f ? queued_alias(*bias) : at::Tensor();
+  launch_cpu_kernels(a.device().index(), op, std::max({a.numel(), b.numel(), y.numel()}), /*matrix=*/true,
+                     [A, B, Y, C, beta_f, alpha_f]() { run_onednn_here(A, B, Y, C.defined() ? &C : nullptr, beta_f, alpha_f); });
+  return y;
+}
+
 }  // namespace
+
+bool onednn_takes(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias) {
+  if (a.dim() != 2 || b.dim() != 2 || !a.is_privateuseone() || a.scalar_type() != at::kFloat) return false;
+  if (!is_plain_neuron(a, a) || !is_plain_neuron(b, a) || a.size(1) != b.size(0)) return false;
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  if (bias != nullptr && (!is_plain_neuron(*bias, a) || bias->dim() > 2 || !at::is_expandable_to(bias->sizes(), {M, N}))) {
+    return false;
+  }
+  return float32_gemm_uses_onednn(M, K, N);
+}
+
+void run_onednn_here(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, const at::Tensor* C, float beta,
+                     float alpha) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  if (C != nullptr) Y.copy_(C->expand({Y.size(0), Y.size(1)}));
+  onednn_gemm(A, B, Y, C != nullptr ? beta : 0.0f, alpha);
+}
 
 at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   static const c10::OperatorHandle handle =
@@ -118,6 +155,10 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
     at::Tensor y = run_skinny("aten::mm", *p, self, mat2, nullptr);
     counter.count(ExecPath::kKernel);
     return y;
+  }
+  if (auto y = run_onednn("aten::mm", self, mat2, nullptr, 0, 1)) {
+    counter.count(ExecPath::kKernel);
+    return *y;
   }
   return call_fallback(handle, self, mat2).back().toTensor();
 }
@@ -133,6 +174,10 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
       counter.count(ExecPath::kKernel);
       return y;
     }
+  }
+  if (auto y = run_onednn("aten::addmm", mat1, mat2, &self, beta, alpha)) {
+    counter.count(ExecPath::kKernel);
+    return *y;
   }
   return call_fallback(handle, self, mat1, mat2, beta, alpha).back().toTensor();
 }

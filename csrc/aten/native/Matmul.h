@@ -24,6 +24,15 @@ std::optional<neuronkernels::SkinnyMatmulParams> skinny_matmul_params(const at::
 // program's matmul), split over the device's threads when it pays.
 void run_skinny_matmul_here(const neuronkernels::SkinnyMatmulParams& p);
 
+// Whether a float32 product of these neuron tensors runs through oneDNN
+// (OneDnnGemm.h): plain 2-D operands on one device, a bias (addmm's self)
+// broadcasting to the output, a policy and size oneDNN is chosen for.
+bool onednn_takes(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias);
+// Y = [beta * C +] alpha * (A @ B) on CPU aliases (C broadcast to Y), on the
+// calling worker; Y contiguous.
+void run_onednn_here(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, const at::Tensor* C, float beta,
+                     float alpha);
+
 at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2);
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                  const at::Scalar& beta, const at::Scalar& alpha);
