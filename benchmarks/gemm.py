@@ -1,0 +1,105 @@
+"""float32 matrix products with many rows: what a training step of the ~100M
+Qwen3-style model of train.py (512 tokens a step) multiplies, on `neuron`
+with the library chosen for this CPU (TORCHNEURON_FLOAT32_GEMM=auto), on
+`neuron` with ATen's choice (=aten: MKL), and on PyTorch CPU eager (MKL).
+
+    python benchmarks/gemm.py [--reps N] [--rounds R]
+
+Each peer runs in its own fresh process (fresh_process.py); neuron products
+are queued back to back and the stream synchronized. Reports GFLOP/s per
+peer and the ratios neuron/CPU and neuron/neuron-with-ATen's-choice (higher
+is better for neuron). The machine's other load shows in every column:
+compare ratios of one run, and repeat (--rounds keeps each case's fastest).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+from fresh_process import isa_line
+
+# name: (a's shape, b's shape, b transposed from a stored [n, k] weight)
+CASES = {
+    "q/o projection 512x768 @ 768x768": ((512, 768), (768, 768), True),
+    "gate/up 512x768 @ 768x2048": ((512, 768), (2048, 768), True),
+    "down 512x2048 @ 2048x768": ((512, 2048), (768, 2048), True),
+    "LM head 512x768 @ 768x32000": ((512, 768), (32000, 768), True),
+    "input grad of gate 512x2048 @ 2048x768": ((512, 2048), (2048, 768), False),
+    "weight grad of gate 2048x512 @ 512x768": ((2048, 512), (512, 768), False),
+}
+PEERS = {"cpu": ("cpu", {}), "neuron-aten": ("neuron", {"TORCHNEURON_FLOAT32_GEMM": "aten"}),
+         "neuron": ("neuron", {})}
+
+
+def measure(device_name, reps):
+    device = torch.device(device_name)
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for name, (a_shape, b_shape, transposed) in CASES.items():
+        a = torch.randn(*a_shape, generator=g).to(device)
+        b = torch.randn(*b_shape, generator=g).to(device)
+        b = b.t() if transposed else b
+        flops = 2 * a.shape[0] * a.shape[1] * b.shape[1]
+        n = max(3, min(reps, int(reps * 4e8 / flops)))
+
+        def sync():
+            if device.type == "neuron":
+                torch.neuron.synchronize(device)
+
+        torch.mm(a, b)
+        torch.mm(a, b)
+        sync()
+        t = time.perf_counter()
+        for _ in range(n):
+            torch.mm(a, b)
+        sync()
+        out[name] = flops * n / (time.perf_counter() - t) / 1e9
+    if device.type == "neuron":
+        import torchneuron
+
+        out["library"] = torchneuron.float32_gemm_library()
+    return out
+
+
+def run_peer(peer, reps):
+    device, extra = PEERS[peer]
+    env = dict(os.environ, **extra)
+    if device == "cpu":
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    r = subprocess.run([sys.executable, __file__, "--child", peer, str(reps)], env=env,
+                       capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise SystemExit(f"{peer} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--child", nargs=2, metavar=("PEER", "REPS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(PEERS[args.child[0]][0], int(args.child[1]))))
+        return
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; each peer in its own process", flush=True)
+    print(isa_line(), flush=True)
+    best = {}
+    for _ in range(args.rounds):
+        for peer in PEERS:
+            r = run_peer(peer, args.reps)
+            best[peer] = {k: (max(v, best[peer][k]) if peer in best and not isinstance(v, str) else v)
+                          for k, v in r.items()}
+    print(f"neuron's float32 library: {best['neuron']['library']} (neuron-aten: {best['neuron-aten']['library']})")
+    print(f"{'case':<42}{'cpu':>8}{'n-aten':>8}{'neuron':>8}{'vs cpu':>8}{'vs aten':>9}   (GFLOP/s)")
+    for name in CASES:
+        c, a, n = best["cpu"][name], best["neuron-aten"][name], best["neuron"][name]
+        print(f"{name:<42}{c:>8.0f}{a:>8.0f}{n:>8.0f}{n / c:>7.2f}x{n / a:>8.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
