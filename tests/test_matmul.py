@@ -249,12 +249,18 @@ _FLOAT32_GEMM_CHECKS = """
         "addmm_bias_full": (lambda x, w, b: torch.addmm(b, x, w.t(), beta=0.5, alpha=-2.0),
                             (x, w, torch.randn(96, 320, generator=g))),
         "linear": (lambda x, w, b: torch.nn.functional.linear(x, w, b), (x, w, torch.randn(320, generator=g))),
+        "mm_out": (lambda x, w, b: torch.mm(x, w.t(), out=torch.empty(96, 320, device=x.device, dtype=x.dtype)), (x, w, None)),
+        "addmm_out": (lambda x, w, b: torch.addmm(b, x, w.t(), beta=2.0, out=torch.empty(96, 320, device=x.device, dtype=x.dtype)),
+                      (x, w, torch.randn(320, generator=g))),
+        "addmm_in_place": (lambda x, w, b: b.clone().addmm_(x, w.t(), beta=0.25, alpha=3.0),
+                           (x, w, torch.randn(96, 320, generator=g))),
     }
     for name, (fn, args) in cases.items():
         torchneuron.reset_executed_ops()
         got = fn(*(a.to("neuron") if a is not None else None for a in args)).cpu()
         ops = torchneuron.executed_ops()
-        kernel = sum(ops.get(op, {}).get("kernel", 0) for op in ("aten::mm", "aten::addmm"))
+        kernel = sum(ops.get(op, {}).get("kernel", 0)
+                     for op in ("aten::mm", "aten::addmm", "aten::mm.out", "aten::addmm.out", "aten::addmm_"))
         ok, dev, ref = error(got, fn(*args), fn(*(a.double() if a is not None else None for a in args)))
         results[name] = [ok, dev, ref, kernel]
 
@@ -267,6 +273,16 @@ _FLOAT32_GEMM_CHECKS = """
     y = torch.mm(xd, wd)
     xd.zero_()
     results["queued_inputs"] = torch.allclose(y.cpu(), x @ w.t(), atol=1e-4)
+    # an out= tensor of another shape is resized (ATen's path), one that overlaps an input too
+    o = torch.empty(0, device="neuron")
+    torch.mm(x.to("neuron"), w.t().to("neuron"), out=o)
+    results["out_resized"] = o.shape == (96, 320) and torch.allclose(o.cpu(), x @ w.t(), atol=1e-4)
+    # (the overlapping one as CPU computes it: ATen does not guard against the overlap)
+    s = torch.randn(256, 256, generator=g)
+    sd = s.to("neuron")
+    torch.mm(sd, sd.clone(), out=sd)
+    torch.mm(s, s.clone(), out=s)
+    results["out_overlapping_input"] = torch.allclose(sd.cpu(), s, atol=1e-3)
 
     # a training step of a linear layer: gradients as CPU's
     torch.manual_seed(1)

@@ -44,9 +44,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("div.Tensor", TORCH_FN(native::div));
   m.impl("add_.Tensor", TORCH_FN(native::add_));
   m.impl("mul_.Tensor", TORCH_FN(native::mul_));
-  // matrix products with few rows (general cases go on to the fallback)
+  // matrix products with few rows, and float32 ones through oneDNN (general cases go on to the fallback)
   m.impl("mm", TORCH_FN(native::mm));
   m.impl("addmm", TORCH_FN(native::addmm));
+  // float32 products oneDNN takes (native/OneDnnGemm.h) in their out= and in-place forms
+  m.impl("mm.out", TORCH_FN(native::mm_out));
+  m.impl("addmm.out", TORCH_FN(native::addmm_out));
+  m.impl("addmm_", TORCH_FN(native::addmm_));
   // convolutions (PyTorch routes out-of-tree devices to the overrideable ops)
   m.impl("convolution_overrideable", TORCH_FN(native::convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));

@@ -112,20 +112,34 @@ bool is_one(const at::Scalar& s) {
   return s.isIntegral(/*includeBool=*/false) ? s.toLong() == 1 : s.toDouble() == 1.0;
 }
 
-// Queues [beta * bias +] alpha * (a @ b) through oneDNN into a fresh [M, N]
-// output, when onednn_takes the operands; otherwise nothing.
-std::optional<at::Tensor> run_onednn(const char* op, const at::Tensor& a, const at::Tensor& b,
-                                     const at::Tensor* bias, const at::Scalar& beta, const at::Scalar& alpha) {
-  if (beta.isComplex() || alpha.isComplex() || !onednn_takes(a, b, bias)) return std::nullopt;
+// Queues out = [beta * bias +] alpha * (a @ b) through oneDNN when
+// onednn_takes the operands and `out` (a fresh output when undefined) is a
+// contiguous [M, N] float32 tensor of their device that shares no memory
+// with them; false otherwise (the caller takes ATen's path).
+bool run_onednn(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
+                const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  if (beta.isComplex() || alpha.isComplex() || !onednn_takes(a, b, bias)) return false;
   const int64_t M = a.size(0), N = b.size(1);
-  at::Tensor y = empty_dense(a.device().index(), {M, N}, {N, 1}, a.dtype());
+  if (out.defined()) {
+    if (!is_plain_neuron(out, a) || out.dim() != 2 || out.size(0) != M || out.size(1) != N || !out.is_contiguous() ||
+        out.is_alias_of(a) || out.is_alias_of(b)) {
+      return false;
+    }
+  } else {
+    out = empty_dense(a.device().index(), {M, N}, {N, 1}, a.dtype());
+  }
   const float beta_f = static_cast<float>(beta.toDouble()), alpha_f = static_cast<float>(alpha.toDouble());
-  // ATen's addmm ignores the bias when beta is 0 (its NaNs too).
-  at::Tensor A = queued_alias(a), B = queued_alias(b), Y = queued_alias(y);
-  at::Tensor C = bias != nullptr && beta_f != 0.0f ? queued_alias(*bias) : at::Tensor();
-  launch_cpu_kernels(a.device().index(), op, std::max({a.numel(), b.numel(), y.numel()}), /*matrix=*/true,
-                     [A, B, Y, C, beta_f, alpha_f]() { run_onednn_here(A, B, Y, C.defined() ? &C : nullptr, beta_f, alpha_f); });
-  return y;
+  // ATen's addmm ignores the bias when beta is 0 (its NaNs too); addmm_'s bias is the output itself.
+  const bool use_bias = bias != nullptr && beta_f != 0.0f;
+  const bool bias_is_out = use_bias && bias->is_same(out);
+  if (use_bias && !bias_is_out && bias->is_alias_of(out)) return false;
+  at::Tensor A = queued_alias(a), B = queued_alias(b), Y = queued_alias(out);
+  at::Tensor C = use_bias && !bias_is_out ? queued_alias(*bias) : at::Tensor();
+  launch_cpu_kernels(a.device().index(), op, std::max({a.numel(), b.numel(), out.numel()}), /*matrix=*/true,
+                     [A, B, Y, C, bias_is_out, beta_f, alpha_f]() {
+                       run_onednn_here(A, B, Y, C.defined() ? &C : (bias_is_out ? &Y : nullptr), beta_f, alpha_f);
+                     });
+  return true;
 }
 
 }  // namespace
@@ -143,7 +157,7 @@ bool onednn_takes(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bi
 void run_onednn_here(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, const at::Tensor* C, float beta,
                      float alpha) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  if (C != nullptr) Y.copy_(C->expand({Y.size(0), Y.size(1)}));
+  if (C != nullptr && !C->is_same(Y)) Y.copy_(C->expand({Y.size(0), Y.size(1)}));
   onednn_gemm(A, B, Y, C != nullptr ? beta : 0.0f, alpha);
 }
 
@@ -156,9 +170,9 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
     counter.count(ExecPath::kKernel);
     return y;
   }
-  if (auto y = run_onednn("aten::mm", self, mat2, nullptr, 0, 1)) {
+  if (at::Tensor y; run_onednn("aten::mm", self, mat2, nullptr, 0, 1, y)) {
     counter.count(ExecPath::kKernel);
-    return *y;
+    return y;
   }
   return call_fallback(handle, self, mat2).back().toTensor();
 }
@@ -175,11 +189,49 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
       return y;
     }
   }
-  if (auto y = run_onednn("aten::addmm", mat1, mat2, &self, beta, alpha)) {
+  if (at::Tensor y; run_onednn("aten::addmm", mat1, mat2, &self, beta, alpha, y)) {
     counter.count(ExecPath::kKernel);
-    return *y;
+    return y;
   }
   return call_fallback(handle, self, mat1, mat2, beta, alpha).back().toTensor();
+}
+
+at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  static const c10::OperatorHandle handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "out");
+  static OpCounter& counter = op_counter("aten::mm.out");
+  if (run_onednn("aten::mm.out", self, mat2, nullptr, 0, 1, out)) {
+    counter.count(ExecPath::kKernel);
+    return out;
+  }
+  call_fallback(handle, self, mat2, out);
+  return out;
+}
+
+at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
+                      const at::Scalar& alpha, at::Tensor& out) {
+  static const c10::OperatorHandle handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::addmm", "out");
+  static OpCounter& counter = op_counter("aten::addmm.out");
+  if (run_onednn("aten::addmm.out", mat1, mat2, &self, beta, alpha, out)) {
+    counter.count(ExecPath::kKernel);
+    return out;
+  }
+  call_fallback(handle, self, mat1, mat2, beta, alpha, out);
+  return out;
+}
+
+at::Tensor& addmm_(at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
+                   const at::Scalar& alpha) {
+  static const c10::OperatorHandle handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::addmm_", "");
+  static OpCounter& counter = op_counter("aten::addmm_");
+  if (run_onednn("aten::addmm_", mat1, mat2, &self, beta, alpha, self)) {
+    counter.count(ExecPath::kKernel);
+    return self;
+  }
+  call_fallback(handle, self, mat1, mat2, beta, alpha);
+  return self;
 }
 
 }  // namespace torchneuron::native

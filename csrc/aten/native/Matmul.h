@@ -36,5 +36,13 @@ void run_onednn_here(const at::Tensor& A, const at::Tensor& B, const at::Tensor&
 at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2);
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                  const at::Scalar& beta, const at::Scalar& alpha);
+// The out= and in-place forms: float32 products oneDNN takes (onednn_takes)
+// run there, into the given tensor when it is a contiguous [M, N] output;
+// everything else goes on to the fallback.
+at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out);
+at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
+                      const at::Scalar& alpha, at::Tensor& out);
+at::Tensor& addmm_(at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
+                   const at::Scalar& alpha);
 
 }  // namespace torchneuron::native
