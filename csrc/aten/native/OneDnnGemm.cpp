@@ -49,16 +49,20 @@ bool choose_onednn() {
   return __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f");
 }
 
+// The choice, made once per process.
+bool onednn_chosen() {
+  static const bool onednn = choose_onednn();
+  return onednn;
+}
+
 }  // namespace
 
 const char* float32_gemm_library() {
-  static const bool onednn = choose_onednn();
-  return onednn && at::globalContext().userEnabledMkldnn() ? "onednn" : "aten";
+  return onednn_chosen() && at::globalContext().userEnabledMkldnn() ? "onednn" : "aten";
 }
 
 bool float32_gemm_uses_onednn(int64_t m, int64_t k, int64_t n) {
-  static const bool onednn = choose_onednn();
-  if (!onednn || m <= 0 || k <= 0 || n <= 0) return false;
+  if (!onednn_chosen() || m <= 0 || k <= 0 || n <= 0) return false;
   const double macs = static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
   return macs >= static_cast<double>(kOneDnnMinMacs) && at::globalContext().userEnabledMkldnn();
 }
