@@ -22,14 +22,17 @@ import torch
 
 from fresh_process import isa_line
 
-# name: (a's shape, b's shape, b transposed from a stored [n, k] weight)
+# name: (a's shape, b's shape, b transposed from a stored [n, k] weight,
+#        the row length of a wider buffer the product is written into with out=, or None)
 CASES = {
-    "q/o projection 512x768 @ 768x768": ((512, 768), (768, 768), True),
-    "gate/up 512x768 @ 768x2048": ((512, 768), (2048, 768), True),
-    "down 512x2048 @ 2048x768": ((512, 2048), (768, 2048), True),
-    "LM head 512x768 @ 768x32000": ((512, 768), (32000, 768), True),
-    "input grad of gate 512x2048 @ 2048x768": ((512, 2048), (2048, 768), False),
-    "weight grad of gate 2048x512 @ 512x768": ((2048, 512), (512, 768), False),
+    "q/o projection 512x768 @ 768x768": ((512, 768), (768, 768), True, None),
+    "gate/up 512x768 @ 768x2048": ((512, 768), (2048, 768), True, None),
+    "down 512x2048 @ 2048x768": ((512, 2048), (768, 2048), True, None),
+    "LM head 512x768 @ 768x32000": ((512, 768), (32000, 768), True, None),
+    # TRL's chunked log-probabilities: mm(hidden, weight.t(), out=a tile of a wider buffer)
+    "LM head into a row tile, out= (TRL)": ((510, 768), (32000, 768), True, 32768),
+    "input grad of gate 512x2048 @ 2048x768": ((512, 2048), (2048, 768), False, None),
+    "weight grad of gate 2048x512 @ 512x768": ((2048, 512), (512, 768), False, None),
 }
 PEERS = {"cpu": ("cpu", {}), "neuron-aten": ("neuron", {"TORCHNEURON_FLOAT32_GEMM": "aten"}),
          "neuron": ("neuron", {})}
@@ -39,23 +42,26 @@ def measure(device_name, reps):
     device = torch.device(device_name)
     g = torch.Generator().manual_seed(0)
     out = {}
-    for name, (a_shape, b_shape, transposed) in CASES.items():
+    for name, (a_shape, b_shape, transposed, row_length) in CASES.items():
         a = torch.randn(*a_shape, generator=g).to(device)
         b = torch.randn(*b_shape, generator=g).to(device)
         b = b.t() if transposed else b
         flops = 2 * a.shape[0] * a.shape[1] * b.shape[1]
+        kw = {}
+        if row_length is not None:
+            kw["out"] = torch.empty(a.shape[0], row_length, device=device)[:, :b.shape[1]]
         n = max(3, min(reps, int(reps * 4e8 / flops)))
 
         def sync():
             if device.type == "neuron":
                 torch.neuron.synchronize(device)
 
-        torch.mm(a, b)
-        torch.mm(a, b)
+        torch.mm(a, b, **kw)
+        torch.mm(a, b, **kw)
         sync()
         t = time.perf_counter()
         for _ in range(n):
-            torch.mm(a, b)
+            torch.mm(a, b, **kw)
         sync()
         out[name] = flops * n / (time.perf_counter() - t) / 1e9
     if device.type == "neuron":

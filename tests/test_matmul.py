@@ -235,6 +235,11 @@ _FLOAT32_GEMM_CHECKS = """
         ref = (cpu.double() - exact).abs().max().item()
         return dev <= 2 * ref + torch.finfo(torch.float32).eps * scale, dev, ref
 
+    def row_tile(product, like):
+        buffer = torch.full((96, 384), 7.0, device=like.device, dtype=like.dtype)
+        product(buffer[:, 32:352])
+        return buffer
+
     g = torch.Generator().manual_seed(0)
     results = {}
     x, w = torch.randn(96, 256, generator=g), torch.randn(320, 256, generator=g)  # 7.9M multiply-adds
@@ -254,6 +259,10 @@ _FLOAT32_GEMM_CHECKS = """
                       (x, w, torch.randn(320, generator=g))),
         "addmm_in_place": (lambda x, w, b: b.clone().addmm_(x, w.t(), beta=0.25, alpha=3.0),
                            (x, w, torch.randn(96, 320, generator=g))),
+        # out= a tile of a wider buffer (TRL's chunked LM head): the columns beside it stay as they were
+        "mm_out_row_tile": (lambda x, w, b: row_tile(lambda out: torch.mm(x, w.t(), out=out), x), (x, w, None)),
+        "addmm_out_row_tile": (lambda x, w, b: row_tile(lambda out: torch.addmm(b, x, w.t(), beta=0.5, out=out), x),
+                               (x, w, torch.randn(320, generator=g))),
     }
     for name, (fn, args) in cases.items():
         torchneuron.reset_executed_ops()

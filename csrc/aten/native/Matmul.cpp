@@ -113,15 +113,15 @@ bool is_one(const at::Scalar& s) {
 }
 
 // Queues out = [beta * bias +] alpha * (a @ b) through oneDNN when
-// onednn_takes the operands and `out` (a fresh output when undefined) is a
-// contiguous [M, N] float32 tensor of their device that shares no memory
-// with them; false otherwise (the caller takes ATen's path).
+// onednn_takes the operands and `out` (a fresh output when undefined) is an
+// [M, N] float32 tensor of their device that oneDNN writes into
+// (onednn_writes_into) and that shares no memory with them; false otherwise (the caller takes ATen's path).
 bool run_onednn(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
                 const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
   if (beta.isComplex() || alpha.isComplex() || !onednn_takes(a, b, bias)) return false;
   const int64_t M = a.size(0), N = b.size(1);
   if (out.defined()) {
-    if (!is_plain_neuron(out, a) || out.dim() != 2 || out.size(0) != M || out.size(1) != N || !out.is_contiguous() ||
+    if (!is_plain_neuron(out, a) || out.dim() != 2 || out.size(0) != M || out.size(1) != N || !onednn_writes_into(out) ||
         out.is_alias_of(a) || out.is_alias_of(b)) {
       return false;
     }

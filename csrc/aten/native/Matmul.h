@@ -29,7 +29,7 @@ void run_skinny_matmul_here(const neuronkernels::SkinnyMatmulParams& p);
 // broadcasting to the output, a policy and size oneDNN is chosen for.
 bool onednn_takes(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias);
 // Y = [beta * C +] alpha * (A @ B) on CPU aliases (C broadcast to Y), on the
-// calling worker; Y contiguous.
+// calling worker; Y as onednn_writes_into takes it.
 void run_onednn_here(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, const at::Tensor* C, float beta,
                      float alpha);
 
@@ -37,7 +37,8 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2);
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                  const at::Scalar& beta, const at::Scalar& alpha);
 // The out= and in-place forms: float32 products oneDNN takes (onednn_takes)
-// run there, into the given tensor when it is a contiguous [M, N] output;
+// run there, into the given tensor when it is an [M, N] output oneDNN writes
+// into (contiguous, or a tile of dense rows: onednn_writes_into);
 // everything else goes on to the fallback.
 at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out);
 at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,

@@ -67,9 +67,14 @@ bool float32_gemm_uses_onednn(int64_t m, int64_t k, int64_t n) {
   return macs >= static_cast<double>(kOneDnnMinMacs) && at::globalContext().userEnabledMkldnn();
 }
 
+bool onednn_writes_into(const at::Tensor& out) {
+  if (out.dim() != 2) return false;
+  return out.is_contiguous() || (out.stride(1) == 1 && out.stride(0) >= out.size(1));
+}
+
 void onednn_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out, float beta, float alpha) {
   static const MkldnnMatmul matmul = find_mkldnn_matmul();
-  TORCH_INTERNAL_ASSERT(matmul != nullptr && out.is_contiguous());
+  TORCH_INTERNAL_ASSERT(matmul != nullptr && onednn_writes_into(out));
   matmul(a, b, out, beta, alpha);
 }
 
