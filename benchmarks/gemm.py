@@ -1,5 +1,6 @@
 """float32 matrix products with many rows: what a training step of the ~100M
-Qwen3-style model of train.py (512 tokens a step) multiplies, on `neuron`
+Qwen3-style model of train.py (512 tokens a step) multiplies, and eager
+attention's batched products, on `neuron`
 with the library chosen for this CPU (TORCHNEURON_FLOAT32_GEMM=auto), on
 `neuron` with ATen's choice (=aten: MKL), and on PyTorch CPU eager (MKL).
 
@@ -33,6 +34,9 @@ CASES = {
     "LM head into a row tile, out= (TRL)": ((510, 768), (32000, 768), True, 32768),
     "input grad of gate 512x2048 @ 2048x768": ((512, 2048), (2048, 768), False, None),
     "weight grad of gate 2048x512 @ 512x768": ((2048, 512), (512, 768), False, None),
+    # eager attention (batch 2 x 12 heads, 256 tokens, head size 64): bmm
+    "attention scores 24x256x64 @ 24x64x256": ((24, 256, 64), (24, 256, 64), True, None),
+    "attention values 24x256x256 @ 24x256x64": ((24, 256, 256), (24, 256, 64), False, None),
 }
 PEERS = {"cpu": ("cpu", {}), "neuron-aten": ("neuron", {"TORCHNEURON_FLOAT32_GEMM": "aten"}),
          "neuron": ("neuron", {})}
@@ -45,8 +49,9 @@ def measure(device_name, reps):
     for name, (a_shape, b_shape, transposed, row_length) in CASES.items():
         a = torch.randn(*a_shape, generator=g).to(device)
         b = torch.randn(*b_shape, generator=g).to(device)
-        b = b.t() if transposed else b
-        flops = 2 * a.shape[0] * a.shape[1] * b.shape[1]
+        b = b.transpose(-1, -2) if transposed else b
+        flops = 2 * a.shape[:-1].numel() * a.shape[-1] * b.shape[-1]
+        product = torch.bmm if a.dim() == 3 else torch.mm
         kw = {}
         if row_length is not None:
             kw["out"] = torch.empty(a.shape[0], row_length, device=device)[:, :b.shape[1]]
@@ -56,12 +61,12 @@ def measure(device_name, reps):
             if device.type == "neuron":
                 torch.neuron.synchronize(device)
 
-        torch.mm(a, b, **kw)
-        torch.mm(a, b, **kw)
+        product(a, b, **kw)
+        product(a, b, **kw)
         sync()
         t = time.perf_counter()
         for _ in range(n):
-            torch.mm(a, b, **kw)
+            product(a, b, **kw)
         sync()
         out[name] = flops * n / (time.perf_counter() - t) / 1e9
     if device.type == "neuron":

@@ -263,13 +263,30 @@ _FLOAT32_GEMM_CHECKS = """
         "mm_out_row_tile": (lambda x, w, b: row_tile(lambda out: torch.mm(x, w.t(), out=out), x), (x, w, None)),
         "addmm_out_row_tile": (lambda x, w, b: row_tile(lambda out: torch.addmm(b, x, w.t(), beta=0.5, out=out), x),
                                (x, w, torch.randn(320, generator=g))),
+        # alpha = 0: beta * bias (oneDNN's matmul itself writes nothing then)
+        "addmm_alpha0": (lambda x, w, b: torch.addmm(b, x, w.t(), beta=0.5, alpha=0.0),
+                         (x, w, torch.randn(96, 320, generator=g))),
+        # batches of matrices (eager attention's scores and values); 4.7M multiply-adds and up
+        "bmm": (lambda x, w, b: torch.bmm(x, w), (torch.randn(12, 64, 48, generator=g),
+                                                  torch.randn(12, 48, 128, generator=g), None)),
+        "bmm_transposed_key": (lambda q, k, b: torch.bmm(q, k.transpose(1, 2)),
+                               (torch.randn(12, 128, 64, generator=g), torch.randn(12, 128, 64, generator=g), None)),
+        "bmm_expanded_batch": (lambda x, w, b: torch.bmm(x, w.expand(12, -1, -1)),
+                               (torch.randn(12, 64, 48, generator=g), torch.randn(1, 48, 128, generator=g), None)),
+        "baddbmm_broadcast_bias": (lambda x, w, b: torch.baddbmm(b, x, w, beta=0.5, alpha=2.0),
+                                   (torch.randn(12, 64, 48, generator=g), torch.randn(12, 48, 128, generator=g),
+                                    torch.randn(128, generator=g))),
+        "matmul_4d_attention_scores": (lambda q, k, b: torch.matmul(q, k.transpose(-1, -2)),
+                                       (torch.randn(2, 6, 128, 64, generator=g),
+                                        torch.randn(2, 6, 128, 64, generator=g), None)),
     }
     for name, (fn, args) in cases.items():
         torchneuron.reset_executed_ops()
         got = fn(*(a.to("neuron") if a is not None else None for a in args)).cpu()
         ops = torchneuron.executed_ops()
         kernel = sum(ops.get(op, {}).get("kernel", 0)
-                     for op in ("aten::mm", "aten::addmm", "aten::mm.out", "aten::addmm.out", "aten::addmm_"))
+                     for op in ("aten::mm", "aten::addmm", "aten::mm.out", "aten::addmm.out", "aten::addmm_",
+                                "aten::bmm", "aten::baddbmm"))
         ok, dev, ref = error(got, fn(*args), fn(*(a.double() if a is not None else None for a in args)))
         results[name] = [ok, dev, ref, kernel]
 
@@ -306,12 +323,35 @@ _FLOAT32_GEMM_CHECKS = """
     results["grad_weight"] = error(dev_layer.weight.grad.cpu(), layer.weight.grad, exact.weight.grad)[0]
     results["grad_bias"] = error(dev_layer.bias.grad.cpu(), layer.bias.grad, exact.bias.grad)[0]
 
+    # eager attention's gradients through batched products, as CPU's
+    q, k, v = (torch.randn(12, 128, 64, generator=g) for _ in range(3))
+    grads = {}
+    for name, dtype, device in (("cpu", torch.float32, "cpu"), ("dev", torch.float32, "neuron"),
+                                ("exact", torch.float64, "cpu")):
+        leaves = [t.to(device=device, dtype=dtype, copy=True).requires_grad_() for t in (q, k, v)]
+        scores = torch.bmm(leaves[0], leaves[1].transpose(1, 2)).softmax(-1)
+        torch.bmm(scores, leaves[2]).square().mean().backward()
+        grads[name] = [t.grad.cpu() for t in leaves]
+    results["bmm_grads"] = all(error(d, c, e)[0] for d, c, e in zip(grads["dev"], grads["cpu"], grads["exact"]))
+    # a bad shape: ATen's own message
+    messages = []
+    for device in ("cpu", "neuron"):
+        try:
+            torch.bmm(torch.ones(12, 64, 48, device=device), torch.ones(12, 40, 128, device=device))
+        except RuntimeError as e:
+            messages.append(str(e))
+    results["bmm_bad_shape_message"] = len(messages) == 2 and messages[0] in messages[1]
+
     # a compiled program computes the product as eager does, bit for bit
     torch._dynamo.reset()
     xd = x.to("neuron")
     f = lambda x, w, b: torch.relu(torch.addmm(b, x, w.t()))
     args = (xd, w.to("neuron"), cases["linear"][1][2].to("neuron"))
     results["compiled_equals_eager"] = torch.equal(torch.compile(f, backend="neuron")(*args).cpu(), f(*args).cpu())
+    torch._dynamo.reset()
+    f = lambda q, k: torch.relu(torch.bmm(q, k.transpose(1, 2)))
+    args = (torch.randn(12, 128, 64, generator=g).to("neuron"), torch.randn(12, 128, 64, generator=g).to("neuron"))
+    results["compiled_bmm_equals_eager"] = torch.equal(torch.compile(f, backend="neuron")(*args).cpu(), f(*args).cpu())
     print(json.dumps({"library": torchneuron.float32_gemm_library(), "results": results}))
 """
 

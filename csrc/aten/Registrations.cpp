@@ -51,6 +51,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mm.out", TORCH_FN(native::mm_out));
   m.impl("addmm.out", TORCH_FN(native::addmm_out));
   m.impl("addmm_", TORCH_FN(native::addmm_));
+  m.impl("bmm", TORCH_FN(native::bmm));
+  m.impl("baddbmm", TORCH_FN(native::baddbmm));
   // convolutions (PyTorch routes out-of-tree devices to the overrideable ops)
   m.impl("convolution_overrideable", TORCH_FN(native::convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));

@@ -142,6 +142,27 @@ bool run_onednn(const char* op, const at::Tensor& a, const at::Tensor& b, const 
   return true;
 }
 
+// Queues out = [beta * bias +] alpha * (a @ b) for batches of float32
+// matrices ([B, M, K] @ [B, K, N], a bias broadcasting to [B, M, N]) through
+// oneDNN, into a fresh contiguous output, when the policy and the size allow
+// it (eager attention's scores and values: MKL runs its AVX2 code there too);
+// false otherwise.
+bool run_onednn_batched(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
+                        const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  if (beta.isComplex() || alpha.isComplex() || !onednn_takes_batched(a, b, bias)) return false;
+  const int64_t batch = a.size(0), M = a.size(1), N = b.size(2);
+  out = empty_dense(a.device().index(), {batch, M, N}, {M * N, N, 1}, a.dtype());
+  const float beta_f = static_cast<float>(beta.toDouble()), alpha_f = static_cast<float>(alpha.toDouble());
+  at::Tensor A = queued_alias(a), B = queued_alias(b), Y = queued_alias(out);
+  // as ATen's baddbmm: with beta 0 the bias is not read (its NaNs neither)
+  at::Tensor C = bias != nullptr && beta_f != 0.0f ? queued_alias(*bias) : at::Tensor();
+  launch_cpu_kernels(a.device().index(), op, std::max({a.numel(), b.numel(), out.numel()}), /*matrix=*/true,
+                     [A, B, Y, C, beta_f, alpha_f]() {
+                       run_onednn_here(A, B, Y, C.defined() ? &C : nullptr, beta_f, alpha_f);
+                     });
+  return true;
+}
+
 }  // namespace
 
 bool onednn_takes(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias) {
@@ -154,10 +175,30 @@ bool onednn_takes(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bi
   return float32_gemm_uses_onednn(M, K, N);
 }
 
+bool onednn_takes_batched(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias) {
+  if (a.dim() != 3 || b.dim() != 3 || !a.is_privateuseone() || a.scalar_type() != at::kFloat) return false;
+  if (!is_plain_neuron(a, a) || !is_plain_neuron(b, a)) return false;
+  const int64_t batch = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
+  if (b.size(0) != batch || b.size(1) != K) return false;
+  if (bias != nullptr &&
+      (!is_plain_neuron(*bias, a) || bias->dim() > 3 || !at::is_expandable_to(bias->sizes(), {batch, M, N}))) {
+    return false;
+  }
+  return float32_gemm_uses_onednn(batch * M, K, N);
+}
+
 void run_onednn_here(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, const at::Tensor* C, float beta,
                      float alpha) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  if (C != nullptr && !C->is_same(Y)) Y.copy_(C->expand({Y.size(0), Y.size(1)}));
+  if (C != nullptr && !C->is_same(Y)) Y.copy_(C->expand(Y.sizes()));
+  if (alpha == 0.0f) {  // oneDNN's matmul returns without writing; BLAS reads neither operand
+    if (C == nullptr) {
+      Y.zero_();
+    } else if (beta != 1.0f) {
+      Y.mul_(beta);
+    }
+    return;
+  }
   onednn_gemm(A, B, Y, C != nullptr ? beta : 0.0f, alpha);
 }
 
@@ -232,6 +273,29 @@ at::Tensor& addmm_(at::Tensor& self, const at::Tensor& mat1, const at::Tensor& m
   }
   call_fallback(handle, self, mat1, mat2, beta, alpha);
   return self;
+}
+
+at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2) {
+  static const c10::OperatorHandle handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::bmm", "");
+  static OpCounter& counter = op_counter("aten::bmm");
+  if (at::Tensor y; run_onednn_batched("aten::bmm", self, mat2, nullptr, 0, 1, y)) {
+    counter.count(ExecPath::kKernel);
+    return y;
+  }
+  return call_fallback(handle, self, mat2).back().toTensor();
+}
+
+at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
+                   const at::Scalar& beta, const at::Scalar& alpha) {
+  static const c10::OperatorHandle handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::baddbmm", "");
+  static OpCounter& counter = op_counter("aten::baddbmm");
+  if (at::Tensor y; run_onednn_batched("aten::baddbmm", batch1, batch2, &self, beta, alpha, y)) {
+    counter.count(ExecPath::kKernel);
+    return y;
+  }
+  return call_fallback(handle, self, batch1, batch2, beta, alpha).back().toTensor();
 }
 
 }  // namespace torchneuron::native

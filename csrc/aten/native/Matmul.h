@@ -28,6 +28,9 @@ void run_skinny_matmul_here(const neuronkernels::SkinnyMatmulParams& p);
 // (OneDnnGemm.h): plain 2-D operands on one device, a bias (addmm's self)
 // broadcasting to the output, a policy and size oneDNN is chosen for.
 bool onednn_takes(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias);
+// The same for batches of matrices ([B, M, K] @ [B, K, N], a bias
+// broadcasting to [B, M, N]): bmm and baddbmm.
+bool onednn_takes_batched(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias);
 // Y = [beta * C +] alpha * (A @ B) on CPU aliases (C broadcast to Y), on the
 // calling worker; Y as onednn_writes_into takes it.
 void run_onednn_here(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, const at::Tensor* C, float beta,
@@ -45,5 +48,11 @@ at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::
                       const at::Scalar& alpha, at::Tensor& out);
 at::Tensor& addmm_(at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
                    const at::Scalar& alpha);
+
+// Batched float32 products ([B, M, K] @ [B, K, N]) oneDNN takes (the policy
+// and size of OneDnnGemm.h) run there; everything else goes on to the fallback.
+at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2);
+at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
+                   const at::Scalar& beta, const at::Scalar& alpha);
 
 }  // namespace torchneuron::native

@@ -68,6 +68,7 @@ bool float32_gemm_uses_onednn(int64_t m, int64_t k, int64_t n) {
 }
 
 bool onednn_writes_into(const at::Tensor& out) {
+  if (out.dim() == 3) return out.is_contiguous();
   if (out.dim() != 2) return false;
   return out.is_contiguous() || (out.stride(1) == 1 && out.stride(0) >= out.size(1));
 }
