@@ -1,8 +1,8 @@
 """float32 matrix products with many rows: what a training step of the ~100M
 Qwen3-style model of train.py (512 tokens a step) multiplies, and eager
-attention's batched products, on `neuron`
-with the library chosen for this CPU (TORCHNEURON_FLOAT32_GEMM=auto), on
-`neuron` with ATen's choice (=aten: MKL), and on PyTorch CPU eager (MKL).
+attention's batched products, on `neuron` with the library chosen for this
+CPU (TORCHNEURON_FLOAT32_GEMM=auto), on `neuron` with ATen's choice
+(=aten: MKL), and on PyTorch CPU eager (MKL).
 
     python benchmarks/gemm.py [--reps N] [--rounds R]
 

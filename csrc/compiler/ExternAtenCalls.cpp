@@ -131,9 +131,8 @@ bool is_one(const nc::Arg& a) { return a.kind == nc::Arg::Kind::kNone || (a.is_s
 // mm and addmm (beta = alpha = 1) with few rows run the device's skinny matmul,
 // as eager neuron runs them, straight into the planned output buffer.
 bool ExternAtenCalls::run_skinny_matmul(const nc::Program& p, const nc::Step& step, const ProgramStorages& storages) {
-  const bool batched = step.node.op == "aten::bmm.default" || step.node.op == "aten::baddbmm.default";
-  const bool mm = step.node.op == "aten::mm.default" || step.node.op == "aten::bmm.default";
-  const bool addmm = step.node.op == "aten::addmm.default" || step.node.op == "aten::baddbmm.default";
+  const bool mm = step.node.op == "aten::mm.default";
+  const bool addmm = step.node.op == "aten::addmm.default";
   if ((!mm && !addmm) || step.node.outputs.size() != 1 || step.node.outputs[0] < 0) return false;
   const auto& a = step.node.args;
   if (addmm && (a.size() < 5 || !is_one(a[3]) || !is_one(a[4]))) return false;
@@ -141,11 +140,7 @@ bool ExternAtenCalls::run_skinny_matmul(const nc::Program& p, const nc::Step& st
   if (a[xi].kind != nc::Arg::Kind::kTensor || a[xi + 1].kind != nc::Arg::Kind::kTensor) return false;
   if (addmm && a[0].kind != nc::Arg::Kind::kTensor) return false;
   const nc::Layout& out = p.values[step.node.outputs[0]].layout;
-  const size_t rank = batched ? 3 : 2;
-  if (out.sizes.size() != rank || out.strides[rank - 1] != 1 || out.strides[rank - 2] != out.sizes[rank - 1]) {
-    return false;
-  }
-  if (batched && out.strides[0] != out.sizes[1] * out.sizes[2]) return false;
+  if (out.sizes.size() != 2 || out.strides[1] != 1 || out.strides[0] != out.sizes[1]) return false;
   const at::Tensor x = value_tensor(p, storages, static_cast<int32_t>(a[xi].i));
   const at::Tensor w = value_tensor(p, storages, static_cast<int32_t>(a[xi + 1].i));
   const at::Tensor bias = addmm ? value_tensor(p, storages, static_cast<int32_t>(a[0].i)) : at::Tensor();
@@ -179,11 +174,7 @@ bool ExternAtenCalls::run_onednn_gemm(const nc::Program& p, const nc::Step& step
   const std::optional<double> beta = addmm ? scalar(3, 1.0) : 0.0, alpha = addmm ? scalar(4, 1.0) : 1.0;
   if (!beta || !alpha) return false;
   const nc::Layout& out = p.values[step.node.outputs[0]].layout;
-  const size_t rank = batched ? 3 : 2;
-  if (out.sizes.size() != rank || out.strides[rank - 1] != 1 || out.strides[rank - 2] != out.sizes[rank - 1]) {
-    return false;
-  }
-  if (batched && out.strides[0] != out.sizes[1] * out.sizes[2]) return false;
+  if (out.sizes.size() != (batched ? 3u : 2u) || !out.is_contiguous()) return false;
   const at::Tensor x = value_tensor(p, storages, static_cast<int32_t>(a[xi].i));
   const at::Tensor w = value_tensor(p, storages, static_cast<int32_t>(a[xi + 1].i));
   const at::Tensor bias = addmm ? value_tensor(p, storages, static_cast<int32_t>(a[0].i)) : at::Tensor();

@@ -115,7 +115,8 @@ bool is_one(const at::Scalar& s) {
 // Queues out = [beta * bias +] alpha * (a @ b) through oneDNN when
 // onednn_takes the operands and `out` (a fresh output when undefined) is an
 // [M, N] float32 tensor of their device that oneDNN writes into
-// (onednn_writes_into) and that shares no memory with them; false otherwise (the caller takes ATen's path).
+// (onednn_writes_into) and that shares no memory with them; false otherwise
+// (the caller takes ATen's path).
 bool run_onednn(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
                 const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
   if (beta.isComplex() || alpha.isComplex() || !onednn_takes(a, b, bias)) return false;

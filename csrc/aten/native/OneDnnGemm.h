@@ -19,8 +19,9 @@ bool float32_gemm_uses_onednn(int64_t m, int64_t k, int64_t n);
 
 // out = beta * out + alpha * (a @ b) through oneDNN's matmul, on CPU tensors
 // (aliases of device buffers, inside queued work): a [m, k], b [k, n] float32
-// in any strides (or batches of them: [batch, m, k] and [batch, k, n]), out [m, n] float32 with rows of unit stride
-// (onednn_writes_into). Only after float32_gemm_uses_onednn said yes.
+// in any strides (or batches of them: [batch, m, k] and [batch, k, n]), out
+// [m, n] (or [batch, m, n]) float32 as onednn_writes_into takes it. Only
+// after float32_gemm_uses_onednn said yes.
 void onednn_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out, float beta, float alpha);
 
 // Whether oneDNN writes a product straight into `out`: a 2-D tensor whose
