@@ -6,6 +6,7 @@
 #include <string>
 
 #include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
 namespace torchneuron::native {
@@ -40,13 +41,25 @@ Policy policy_setting() {
               "': expected auto (oneDNN on AMD CPUs with AVX-512, where MKL runs its AVX2 code), onednn or aten");
 }
 
+// mkldnn_matmul refuses float32 on CPUs without the instructions of oneDNN's
+// bfloat16 kernels (AVX-512 BW/VL/DQ or AVX-NE-CONVERT): ATen's own check of
+// that, through the op it registers for it.
+bool aten_onednn_takes_float32() {
+  const auto op = c10::Dispatcher::singleton().findSchema({"mkldnn::_is_mkldnn_bf16_supported", ""});
+  return op.has_value() && op->typed<bool()>().call();
+}
+
 bool choose_onednn() {
   static const Policy policy = policy_setting();
   static const MkldnnMatmul found = find_mkldnn_matmul();
   if (policy == Policy::kAten || found == nullptr) return false;
+  const bool takes_float32 = aten_onednn_takes_float32();
+  TORCH_CHECK(policy != Policy::kOneDnn || takes_float32,
+              "TORCHNEURON_FLOAT32_GEMM=onednn: ATen's oneDNN matmul takes float32 only on CPUs with AVX-512 "
+              "(BW, VL, DQ) or AVX-NE-CONVERT, and this CPU has neither; use auto or aten");
   if (policy == Policy::kOneDnn) return true;
   __builtin_cpu_init();
-  return __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f");
+  return takes_float32 && __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f");
 }
 
 // The choice, made once per process.
