@@ -356,6 +356,19 @@ _FLOAT32_GEMM_CHECKS = """
 """
 
 
+# A float32 product that a bad setting makes fail (its message printed), then
+# another op, whose result shows that the process goes on.
+_FIRST_PRODUCT_THEN_ANOTHER_OP = """
+    import torch, torchneuron
+    a = torch.ones(64, 64, device="neuron")
+    try:
+        torch.mm(a, a)
+    except RuntimeError as e:
+        print(e)
+    print(torch.add(a, 1).sum().item())
+"""
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("library", ["onednn", "aten"])
 def test_float32_products_with_many_rows_match_cpu_in_either_library(run_python, library):
@@ -364,15 +377,7 @@ def test_float32_products_with_many_rows_match_cpu_in_either_library(run_python,
     if library == "onednn" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         # ATen's oneDNN matmul refuses float32 on this CPU: forcing it is an error saying so, at the first
         # float32 product, and the process goes on
-        out = run_python("""
-            import torch, torchneuron
-            a = torch.ones(64, 64, device="neuron")
-            try:
-                torch.mm(a, a)
-            except RuntimeError as e:
-                print(e)
-            print(torch.add(a, 1).sum().item())
-        """, {"TORCHNEURON_FLOAT32_GEMM": "onednn"}).stdout
+        out = run_python(_FIRST_PRODUCT_THEN_ANOTHER_OP, {"TORCHNEURON_FLOAT32_GEMM": "onednn"}).stdout
         assert "TORCHNEURON_FLOAT32_GEMM=onednn" in out and "use auto or aten" in out, out
         assert out.strip().splitlines()[-1] == str(64 * 64 * 2.0)
         return
@@ -398,14 +403,6 @@ def test_float32_library_follows_the_cpu_and_the_setting(run_python):
     assert run_python(code, {"TORCHNEURON_FLOAT32_GEMM": ""}).stdout.strip() == ("onednn" if amd_avx512 else "aten")
     assert run_python(code, {"TORCHNEURON_FLOAT32_GEMM": "auto"}).stdout.strip() == ("onednn" if amd_avx512 else "aten")
     # A wrong name is an error at the first float32 product, naming the valid ones; the process goes on.
-    bad = run_python("""
-        import torch, torchneuron
-        a = torch.ones(64, 64, device="neuron")
-        try:
-            torch.mm(a, a)
-        except RuntimeError as e:
-            print(e)
-        print(torch.add(a, 1).sum().item())
-    """, {"TORCHNEURON_FLOAT32_GEMM": "mkl"})
+    bad = run_python(_FIRST_PRODUCT_THEN_ANOTHER_OP, {"TORCHNEURON_FLOAT32_GEMM": "mkl"})
     assert "TORCHNEURON_FLOAT32_GEMM='mkl'" in bad.stdout and "onednn or aten" in bad.stdout, bad.stdout
     assert bad.stdout.strip().splitlines()[-1] == str(64 * 64 * 2.0)
