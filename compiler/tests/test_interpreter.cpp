@@ -315,3 +315,103 @@ TEST(Interpreter, AFullTensorInAGroup) {
   b.output(b.node("aten::mul.Tensor", {T(x), T(z)}, DType::kBFloat16, {4, 300}));
   check(b.build());
 }
+
+// Hand-built tile programs over float32 rows of 600 (two full tiles and a
+// tail), for the copies the interpreter leaves out: contiguous float32 loads
+// read in place, and results written straight into their outputs.
+namespace {
+
+TileInstr instr(TileOp op, int32_t dst, int32_t a = -1, int32_t b = -1) {
+  TileInstr in;
+  in.op = op;
+  in.dst = dst;
+  in.a = a;
+  in.b = b;
+  return in;
+}
+
+TileInstr memory(TileOp op, int32_t slot, int32_t operand) {
+  TileInstr in;
+  in.op = op;
+  (op == TileOp::kLoad ? in.dst : in.a) = slot;
+  in.operand = operand;
+  return in;
+}
+
+TileProgram rows_program(int operands, std::vector<TileInstr> instrs, int32_t slots) {
+  TileProgram p;
+  p.shape = {3, 600};
+  for (int o = 0; o < operands; ++o) p.operands.push_back({o, DType::kFloat32, {600, 1}});
+  p.instrs = std::move(instrs);
+  p.num_slots = slots;
+  p.validate();
+  return p;
+}
+
+std::vector<float> ramp(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = 0.25f * static_cast<float>(i) - 100.f;
+  return v;
+}
+
+}  // namespace
+
+TEST(TileCopies, AProgramWritingOverItsInputReadsTheInputsOldValues) {
+  // x <- x + x; y <- x * x, with x's slot read after the store over x.
+  const TileProgram p = rows_program(3, {memory(TileOp::kLoad, 0, 0), instr(TileOp::kAdd, 1, 0, 0),
+                                         memory(TileOp::kStore, 1, 1), instr(TileOp::kMul, 2, 0, 0),
+                                         memory(TileOp::kStore, 2, 2)}, 3);
+  const std::vector<float> x0 = ramp(1800);
+  std::vector<float> x = x0, y(1800, 0.f);
+  run_tile_program(p, {x.data(), x.data(), y.data()}, threaded_for);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(x[i], x0[i] + x0[i]) << i;
+    ASSERT_EQ(y[i], x0[i] * x0[i]) << i;
+  }
+}
+
+TEST(TileCopies, AResultWrittenIntoItsOutputIsReadAgainAndStoredTwice) {
+  // y <- a + a; z <- y * y; w <- y (a second store of y's slot).
+  const TileProgram p = rows_program(4, {memory(TileOp::kLoad, 0, 0), instr(TileOp::kAdd, 1, 0, 0),
+                                         memory(TileOp::kStore, 1, 1), instr(TileOp::kMul, 2, 1, 1),
+                                         memory(TileOp::kStore, 2, 2), memory(TileOp::kStore, 1, 3)}, 3);
+  const std::vector<float> a = ramp(1800);
+  std::vector<float> y(1800, 0.f), z(1800, 0.f), w(1800, 0.f);
+  run_tile_program(p, {const_cast<float*>(a.data()), y.data(), z.data(), w.data()}, threaded_for);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(y[i], a[i] + a[i]) << i;
+    ASSERT_EQ(z[i], y[i] * y[i]) << i;
+    ASSERT_EQ(w[i], y[i]) << i;
+  }
+}
+
+TEST(TileCopies, AnOutputOverTheSameMemoryAsAnInputIsWrittenAfterTheReads) {
+  // out <- a - b where out is a's memory, and b is read after the store.
+  const TileProgram p = rows_program(3, {memory(TileOp::kLoad, 0, 0), memory(TileOp::kLoad, 1, 1),
+                                         instr(TileOp::kSub, 2, 0, 1), memory(TileOp::kStore, 2, 2),
+                                         instr(TileOp::kAdd, 3, 1, 0), memory(TileOp::kStore, 3, 1)}, 4);
+  const std::vector<float> a0 = ramp(1800);
+  std::vector<float> a = a0, b(1800);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.5f * static_cast<float>(i % 7);
+  const std::vector<float> b0 = b;
+  run_tile_program(p, {a.data(), b.data(), a.data()}, threaded_for);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i], a0[i] - b0[i]) << i;
+    ASSERT_EQ(b[i], b0[i] + a0[i]) << i;
+  }
+}
+
+TEST(TileCopies, AResultIsNotWrittenEarlyOverMemoryALaterLoadReads) {
+  // s1 <- a * 2, then a is loaded again (as operand 1), then s1 is stored
+  // over a, and the second load is stored to d: d must hold a's old values.
+  const TileProgram p = rows_program(4, {memory(TileOp::kLoad, 0, 0), instr(TileOp::kMul, 1, 0, 0),
+                                         memory(TileOp::kLoad, 2, 1), memory(TileOp::kStore, 1, 2),
+                                         instr(TileOp::kNeg, 3, 2), memory(TileOp::kStore, 3, 3)}, 4);
+  const std::vector<float> a0 = ramp(1800);
+  std::vector<float> a = a0, d(1800, 0.f);
+  run_tile_program(p, {a.data(), a.data(), a.data(), d.data()}, threaded_for);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i], a0[i] * a0[i]) << i;
+    ASSERT_EQ(d[i], -a0[i]) << i;
+  }
+}

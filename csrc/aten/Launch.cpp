@@ -57,6 +57,14 @@ c10::Storage launch_alias(const c10::Storage& s) {
       c10::StorageImpl::use_byte_size_t(), st->nbytes(), std::move(dp), nullptr, false));
 }
 
+c10::Storage queued_storage(const c10::Storage& s) {
+  c10::StorageImpl* st = s.unsafeGetStorageImpl();
+  if (!ordered_by_stream(*st)) return launch_alias(s);
+  c10::DataPtr dp(const_cast<void*>(st->data()), st->device());
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), st->nbytes(), std::move(dp), nullptr, false));
+}
+
 void launch(c10::DeviceIndex device, const char* op_name, std::function<void()> fn) {
   yield_host_threads_to_device();
   NEURON_TRY { neuronrt::launch(current_stream_handle(device), op_name, std::move(fn)); }

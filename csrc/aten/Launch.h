@@ -38,6 +38,13 @@ at::Tensor queued_alias(const at::Tensor& t, bool resizable = false);
 // whose reuse by the same stream comes after the queued work.
 c10::Storage launch_alias(const c10::Storage& s);
 
+// The memory `s` holds now, as a neuron storage for work queued next on the
+// current stream of its device: it keeps that memory alive only where
+// ordered_by_stream says the work must (then it is launch_alias(s)). A
+// compiled program's task holds its buffers this way, as eager ops hold theirs
+// through queued_alias.
+c10::Storage queued_storage(const c10::Storage& s);
+
 // Enqueues `fn` on the current stream of `device`. op_name must outlive the
 // work (a literal or an operator's schema name). A failure inside fn is
 // reported at the next launch or synchronization on that stream.

@@ -143,7 +143,19 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
   // Collectives take their turns on their groups' queues before the task is
   // queued (csrc/compiler/ProgramCollectives.h).
   std::shared_ptr<CollectiveTurns> turns = collectives_->reserve(p, storages, device);
-  // The task holds the program, its extern calls and the storages (not the
+  if (turns == nullptr) {
+    // Without collectives, the task holds the buffers as eager ops do: memory
+    // the host frees goes back to this stream's pool at once, and its reuse
+    // comes after the task. Holding it would make a host running ahead fault
+    // in new segments for every call's outputs.
+    auto queued = std::make_shared<ProgramStorages>();
+    for (const at::Tensor& t : inputs) queued->inputs.push_back(queued_storage(t.storage()));
+    queued->input_offsets = storages->input_offsets;
+    for (const c10::Storage& s : storages->outputs) queued->outputs.push_back(queued_storage(s));
+    queued->arena = queued_storage(storages->arena);
+    storages = std::move(queued);
+  }
+  // The task holds the program, its extern calls and those storages (not the
   // callers' tensors: their Python objects must not die on a worker).
   // Each extern step decides how many threads its ATen kernel gets
   // (ExternAtenCalls::call), not the task as a whole.
