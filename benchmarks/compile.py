@@ -9,6 +9,9 @@ fresh_process.py):
   mlp_train    training step of a 2-layer GELU MLP (compiled forward and
                backward, AdamW step)
   block_train  training step of the transformer block
+  pointwise    inference of the block's elementwise work alone: SwiGLU's
+               silu(gate) * up over a fused gate/up output (4 x 256 x 2 x 3072)
+               and an RMS normalization of the result (the fused groups)
   llama_train  training step of the Llama of generate.py cut to 2 of its 12
                layers (the layers are alike), batch 2 x 128 tokens, labels = ids,
                no KV cache (use_cache=False, as training runs)
@@ -53,7 +56,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from fresh_process import isa_line, measure_in_fresh_process  # noqa: E402
 
-CASES = ("block", "mlp_train", "block_train", "llama_train", "decode_bs1", "decode_bs8")
+CASES = ("block", "pointwise", "mlp_train", "block_train", "llama_train", "decode_bs1", "decode_bs8")
 PEERS = ("eager", "neuron", "inductor")
 
 
@@ -111,6 +114,18 @@ def make_block(torch, dim, heads):
     return Block()
 
 
+def make_pointwise(torch):
+    from torch import nn
+
+    class GatedNorm(nn.Module):
+        def forward(self, gate_up):
+            gate, up = gate_up.chunk(2, dim=-1)
+            y = torch.nn.functional.silu(gate) * up
+            return y * torch.rsqrt(y.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(y.dtype)
+
+    return GatedNorm()
+
+
 def make_mlp(torch, dim):
     from torch import nn
 
@@ -143,13 +158,16 @@ def measure_module_case(case, peer, dtype_name, quick, repeats):
         model.config.num_hidden_layers = 2
         ids = torch.randint(3, 16000, (2, 32 if quick else 128), generator=torch.Generator().manual_seed(1))
         x = ids
+    elif case == "pointwise":
+        model = make_pointwise(torch)
+        x = torch.randn(batch, seq, 2 * 4 * dim)
     else:
         model = make_block(torch, dim, 12 if dim % 12 == 0 else 8)
         x = torch.randn(batch, seq, dim)
     model = model.to(device=device, dtype=dtype)
     x = x.to(device=device, dtype=dtype) if x.is_floating_point() else x.to(device)
     run = compiled(torch, model, peer)
-    if case == "block":
+    if case in ("block", "pointwise"):
         model.eval()
 
         def step():
