@@ -100,7 +100,8 @@ class TileRunner {
  public:
   TileRunner(const TileProgram& p, const std::vector<void*>& data, const CopyPlan& plan)
       : p_(p), data_(data), plan_(plan), prims_(detail::primitives()),
-        slots_(static_cast<size_t>(std::max<int32_t>(p.num_slots, 1)) * kTileElements),
+        tile_(tile_elements(p)),
+        slots_(static_cast<size_t>(std::max<int32_t>(p.num_slots, 1)) * tile_),
         reads_(static_cast<size_t>(std::max<int32_t>(p.num_slots, 1))),
         offsets_(p.operands.size()), element_bytes_(p.operands.size()) {
     for (size_t o = 0; o < element_bytes_.size(); ++o) element_bytes_[o] = dtype_size(p.operands[o].dtype);
@@ -169,7 +170,7 @@ class TileRunner {
   void reduce_row(int64_t inner) {
     sum_acc_ = 0;
     max_acc_ = -std::numeric_limits<float>::infinity();
-    for (int64_t c0 = 0; c0 < inner; c0 += kTileElements) run_chunk(c0, std::min(kTileElements, inner - c0));
+    for (int64_t c0 = 0; c0 < inner; c0 += tile_) run_chunk(c0, std::min(tile_, inner - c0));
     float result = 0;
     switch (p_.reduce) {
       case ReduceKind::kSum: result = static_cast<float>(sum_acc_); break;
@@ -190,7 +191,7 @@ class TileRunner {
   float* result(size_t i, int64_t c0) {
     const int32_t s = p_.instrs[i].dst, o = plan_.result_into[i];
     float* tile = o >= 0 ? static_cast<float*>(element(o, offsets_[o] + c0))
-                         : slots_.data() + static_cast<size_t>(s) * kTileElements;
+                         : slots_.data() + static_cast<size_t>(s) * tile_;
     reads_[s] = tile;
     return tile;
   }
@@ -202,6 +203,7 @@ class TileRunner {
   const std::vector<void*>& data_;
   const CopyPlan& plan_;
   const detail::Primitives& prims_;
+  const int64_t tile_;
   std::vector<float> slots_;
   std::vector<const float*> reads_;
   std::vector<int64_t> offsets_;
@@ -212,6 +214,13 @@ class TileRunner {
 
 }  // namespace
 
+int64_t tile_elements(const TileProgram& program) {
+  constexpr int64_t kSlotBytes = 256 * 1024;
+  int64_t tile = 1024;
+  while (tile > 256 && std::max<int64_t>(program.num_slots, 1) * tile * 4 > kSlotBytes) tile /= 2;
+  return tile;
+}
+
 void run_tile_program(const TileProgram& p, const std::vector<void*>& data,
                       const neuronkernels::ParallelFor& parallel_for) {
   if (data.size() != p.operands.size()) throw CompileError("tile program: operand pointers do not match its operands");
@@ -220,7 +229,8 @@ void run_tile_program(const TileProgram& p, const std::vector<void*>& data,
   for (size_t d = 0; d + 1 < p.shape.size(); ++d) rows *= p.shape[d];
   const bool reducing = p.reduce != ReduceKind::kNone;
   if (rows == 0 || (inner == 0 && !reducing)) return;
-  const int64_t chunks = reducing ? 1 : (inner + kTileElements - 1) / kTileElements;
+  const int64_t tile = tile_elements(p);
+  const int64_t chunks = reducing ? 1 : (inner + tile - 1) / tile;
   const int64_t items = rows * chunks;
   const CopyPlan plan = plan_copies(p, data);
   auto body = [&](int64_t begin, int64_t end) {
@@ -233,8 +243,8 @@ void run_tile_program(const TileProgram& p, const std::vector<void*>& data,
       if (reducing) {
         runner.reduce_row(inner);
       } else {
-        const int64_t c0 = (item % chunks) * kTileElements;
-        runner.run_chunk(c0, std::min(kTileElements, inner - c0));
+        const int64_t c0 = (item % chunks) * tile;
+        runner.run_chunk(c0, std::min(tile, inner - c0));
       }
     }
   };

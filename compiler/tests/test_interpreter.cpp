@@ -59,14 +59,14 @@ class EveryFloatType : public ::testing::TestWithParam<DType> {};
 TEST_P(EveryFloatType, ChainWithBroadcastAndNonContiguousInput) {
   const DType t = GetParam();
   GraphBuilder b;
-  const int32_t x = b.input(t, {37, 300});
-  const int32_t bias = b.input(t, {300});
-  const int32_t wt = b.input(t, {300, 37}, {1, 300});  // transposed memory
-  const int32_t w = b.view(wt, {37, 300}, {1, 37});
-  const int32_t y = b.node("aten::add.Tensor", {T(x), T(bias), one()}, t, {37, 300});
-  const int32_t z = b.node("aten::mul.Tensor", {T(y), T(w)}, t, {37, 300});
-  const int32_t e = b.node("aten::sigmoid.default", {T(z)}, t, {37, 300});
-  const int32_t f = b.node("aten::sub.Tensor", {T(e), Arg::real(0.25), Arg::real(2.0)}, t, {37, 300});
+  const int32_t x = b.input(t, {37, 2300});
+  const int32_t bias = b.input(t, {2300});
+  const int32_t wt = b.input(t, {2300, 37}, {1, 2300});  // transposed memory
+  const int32_t w = b.view(wt, {37, 2300}, {1, 37});
+  const int32_t y = b.node("aten::add.Tensor", {T(x), T(bias), one()}, t, {37, 2300});
+  const int32_t z = b.node("aten::mul.Tensor", {T(y), T(w)}, t, {37, 2300});
+  const int32_t e = b.node("aten::sigmoid.default", {T(z)}, t, {37, 2300});
+  const int32_t f = b.node("aten::sub.Tensor", {T(e), Arg::real(0.25), Arg::real(2.0)}, t, {37, 2300});
   b.output(f);
   b.output(y);
   check(b.build());
@@ -78,8 +78,8 @@ TEST_P(EveryFloatType, TrailingReductions) {
   for (const char* op : {"aten::sum.dim_IntList", "aten::mean.dim", "aten::amax.default"}) {
     for (bool keepdim : {false, true}) {
       GraphBuilder b;
-      const int32_t x = b.input(t, {5, 3, 700});
-      const int32_t e = b.node("aten::exp.default", {T(x)}, t, {5, 3, 700});
+      const int32_t x = b.input(t, {5, 3, 2300});
+      const int32_t e = b.node("aten::exp.default", {T(x)}, t, {5, 3, 2300});
       std::vector<int64_t> out_sizes = keepdim ? std::vector<int64_t>{5, 3, 1} : std::vector<int64_t>{5, 3};
       std::vector<Arg> args = {T(e), Arg::int_list({2}), Arg::boolean(keepdim)};
       if (std::string(op) != "aten::amax.default") args.push_back(Arg::none());
@@ -160,10 +160,10 @@ TEST(Interpreter, ScalarTensorsAndSizeOneDimensions) {
 
 TEST(Interpreter, LargeGroupsSplitOverThreads) {
   GraphBuilder b;
-  const int32_t x = b.input(DType::kFloat32, {64, 1000});
+  const int32_t x = b.input(DType::kFloat32, {64, 2500});
   const int32_t r = b.input(DType::kFloat32, {64, 1});
-  const int32_t y = b.node("aten::tanh.default", {T(x)}, DType::kFloat32, {64, 1000});
-  const int32_t z = b.node("aten::add.Tensor", {T(y), T(r), one()}, DType::kFloat32, {64, 1000});
+  const int32_t y = b.node("aten::tanh.default", {T(x)}, DType::kFloat32, {64, 2500});
+  const int32_t z = b.node("aten::add.Tensor", {T(y), T(r), one()}, DType::kFloat32, {64, 2500});
   const int32_t m = b.node("aten::amax.default", {T(z), Arg::int_list({1}), Arg::boolean(true)}, DType::kFloat32, {64, 1});
   b.output(z);
   b.output(m);
@@ -316,7 +316,7 @@ TEST(Interpreter, AFullTensorInAGroup) {
   check(b.build());
 }
 
-// Hand-built tile programs over float32 rows of 600 (two full tiles and a
+// Hand-built tile programs over float32 rows of 2500 (two full tiles and a
 // tail), for the copies the interpreter leaves out: contiguous float32 loads
 // read in place, and results written straight into their outputs.
 namespace {
@@ -340,8 +340,8 @@ TileInstr memory(TileOp op, int32_t slot, int32_t operand) {
 
 TileProgram rows_program(int operands, std::vector<TileInstr> instrs, int32_t slots) {
   TileProgram p;
-  p.shape = {3, 600};
-  for (int o = 0; o < operands; ++o) p.operands.push_back({o, DType::kFloat32, {600, 1}});
+  p.shape = {3, 2500};
+  for (int o = 0; o < operands; ++o) p.operands.push_back({o, DType::kFloat32, {2500, 1}});
   p.instrs = std::move(instrs);
   p.num_slots = slots;
   p.validate();
@@ -361,8 +361,8 @@ TEST(TileCopies, AProgramWritingOverItsInputReadsTheInputsOldValues) {
   const TileProgram p = rows_program(3, {memory(TileOp::kLoad, 0, 0), instr(TileOp::kAdd, 1, 0, 0),
                                          memory(TileOp::kStore, 1, 1), instr(TileOp::kMul, 2, 0, 0),
                                          memory(TileOp::kStore, 2, 2)}, 3);
-  const std::vector<float> x0 = ramp(1800);
-  std::vector<float> x = x0, y(1800, 0.f);
+  const std::vector<float> x0 = ramp(7500);
+  std::vector<float> x = x0, y(7500, 0.f);
   run_tile_program(p, {x.data(), x.data(), y.data()}, threaded_for);
   for (size_t i = 0; i < x.size(); ++i) {
     ASSERT_EQ(x[i], x0[i] + x0[i]) << i;
@@ -375,8 +375,8 @@ TEST(TileCopies, AResultWrittenIntoItsOutputIsReadAgainAndStoredTwice) {
   const TileProgram p = rows_program(4, {memory(TileOp::kLoad, 0, 0), instr(TileOp::kAdd, 1, 0, 0),
                                          memory(TileOp::kStore, 1, 1), instr(TileOp::kMul, 2, 1, 1),
                                          memory(TileOp::kStore, 2, 2), memory(TileOp::kStore, 1, 3)}, 3);
-  const std::vector<float> a = ramp(1800);
-  std::vector<float> y(1800, 0.f), z(1800, 0.f), w(1800, 0.f);
+  const std::vector<float> a = ramp(7500);
+  std::vector<float> y(7500, 0.f), z(7500, 0.f), w(7500, 0.f);
   run_tile_program(p, {const_cast<float*>(a.data()), y.data(), z.data(), w.data()}, threaded_for);
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(y[i], a[i] + a[i]) << i;
@@ -390,8 +390,8 @@ TEST(TileCopies, AnOutputOverTheSameMemoryAsAnInputIsWrittenAfterTheReads) {
   const TileProgram p = rows_program(3, {memory(TileOp::kLoad, 0, 0), memory(TileOp::kLoad, 1, 1),
                                          instr(TileOp::kSub, 2, 0, 1), memory(TileOp::kStore, 2, 2),
                                          instr(TileOp::kAdd, 3, 1, 0), memory(TileOp::kStore, 3, 1)}, 4);
-  const std::vector<float> a0 = ramp(1800);
-  std::vector<float> a = a0, b(1800);
+  const std::vector<float> a0 = ramp(7500);
+  std::vector<float> a = a0, b(7500);
   for (size_t i = 0; i < b.size(); ++i) b[i] = 0.5f * static_cast<float>(i % 7);
   const std::vector<float> b0 = b;
   run_tile_program(p, {a.data(), b.data(), a.data()}, threaded_for);
@@ -407,11 +407,21 @@ TEST(TileCopies, AResultIsNotWrittenEarlyOverMemoryALaterLoadReads) {
   const TileProgram p = rows_program(4, {memory(TileOp::kLoad, 0, 0), instr(TileOp::kMul, 1, 0, 0),
                                          memory(TileOp::kLoad, 2, 1), memory(TileOp::kStore, 1, 2),
                                          instr(TileOp::kNeg, 3, 2), memory(TileOp::kStore, 3, 3)}, 4);
-  const std::vector<float> a0 = ramp(1800);
-  std::vector<float> a = a0, d(1800, 0.f);
+  const std::vector<float> a0 = ramp(7500);
+  std::vector<float> a = a0, d(7500, 0.f);
   run_tile_program(p, {a.data(), a.data(), a.data(), d.data()}, threaded_for);
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i], a0[i] * a0[i]) << i;
     ASSERT_EQ(d[i], -a0[i]) << i;
+  }
+}
+
+TEST(TileCopies, TilesShortenForGroupsWithManySlots) {
+  TileProgram p;
+  p.shape = {4, 4096};
+  for (const auto& [slots, tile] : std::vector<std::pair<int32_t, int64_t>>{{1, 1024}, {64, 1024}, {65, 512},
+                                                                            {128, 512}, {129, 256}, {5000, 256}}) {
+    p.num_slots = slots;
+    EXPECT_EQ(tile_elements(p), tile) << slots << " slots";
   }
 }
