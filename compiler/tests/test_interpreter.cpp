@@ -425,3 +425,34 @@ TEST(TileCopies, TilesShortenForGroupsWithManySlots) {
     EXPECT_EQ(tile_elements(p), tile) << slots << " slots";
   }
 }
+
+TEST(Interpreter, ARoundingThatOnlyFeedsAStoreOfItsTypeIsLeftToTheStore) {
+  // bfloat16 (x * y) + z, both results outputs: the product is rounded for the
+  // add that reads it, the sum only for its store.
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    GraphBuilder b;
+    const int32_t x = b.input(t, {3, 2500});
+    const int32_t y = b.input(t, {3, 2500});
+    const int32_t z = b.input(t, {3, 2500});
+    const int32_t m = b.node("aten::mul.Tensor", {T(x), T(y)}, t, {3, 2500});
+    const int32_t s = b.node("aten::add.Tensor", {T(m), T(z), one()}, t, {3, 2500});
+    b.output(m);
+    b.output(s);
+    const CompiledRun r = compile_and_run(b.build(), nullptr, 5);
+    int roundings = 0;
+    for (const Step& step : r.program.steps) {
+      for (const TileInstr& in : step.tiles.instrs) roundings += in.op == TileOp::kRoundTo;
+    }
+    EXPECT_EQ(roundings, 1) << dtype_name(t);
+    // Per-op rounding as eager: each float32 result rounded to t, bit for bit.
+    const std::vector<const void*> in = input_pointers(r);
+    const std::vector<double> got_m = r.output(0), got_s = r.output(1);
+    for (size_t e = 0; e < got_s.size(); ++e) {
+      auto at = [&](int k) { return static_cast<float>(read_element(t, static_cast<const char*>(in[k]) + e * dtype_size(t))); };
+      const float want_m = static_cast<float>(round_to(t, static_cast<double>(at(0) * at(1))));
+      const float want_s = static_cast<float>(round_to(t, static_cast<double>(want_m + at(2))));
+      ASSERT_EQ(got_m[e], want_m) << dtype_name(t) << " element " << e;
+      ASSERT_EQ(got_s[e], want_s) << dtype_name(t) << " element " << e;
+    }
+  }
+}
