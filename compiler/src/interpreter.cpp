@@ -60,10 +60,6 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
   auto plain_float = [&](int32_t o) {
     return p.operands[o].dtype == DType::kFloat32 && p.operands[o].strides[last_dim] == 1;
   };
-  auto reads = [](const TileInstr& in, int32_t slot) {
-    return in.op != TileOp::kLoad && in.op != TileOp::kConst &&
-           (in.a == slot || (in.op >= TileOp::kAdd && in.b == slot) || (in.op == TileOp::kWhere && in.c == slot));
-  };
   std::vector<int32_t> producer(static_cast<size_t>(std::max(p.num_slots, 0)), -1);
   for (size_t i = 0; i < n; ++i) {
     const TileInstr& in = p.instrs[i];
@@ -75,7 +71,7 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
         bool store_seen = false;
         for (size_t j = i + 1; j < n; ++j) {
           const TileInstr& later = p.instrs[j];
-          if (reads(later, in.dst) && store_seen) {
+          if (reads_slot(later, in.dst) && store_seen) {
             safe = false;
             break;
           }

@@ -63,10 +63,7 @@ void drop_roundings_before_stores(TileProgram& p) {
     bool drop = r.op == TileOp::kRoundTo && (r.dtype == DType::kBFloat16 || r.dtype == DType::kFloat16);
     for (size_t j = i + 1; drop && j < p.instrs.size(); ++j) {
       const TileInstr& in = p.instrs[j];
-      const bool reads = in.op != TileOp::kLoad && in.op != TileOp::kConst &&
-                         (in.a == r.dst || (in.op >= TileOp::kAdd && in.b == r.dst) ||
-                          (in.op == TileOp::kWhere && in.c == r.dst));
-      if (reads && (in.op != TileOp::kStore || p.operands[in.operand].dtype != r.dtype)) drop = false;
+      if (reads_slot(in, r.dst) && (in.op != TileOp::kStore || p.operands[in.operand].dtype != r.dtype)) drop = false;
     }
     if (!drop) {
       kept.push_back(r);

@@ -16,6 +16,11 @@ const char* tile_op_name(TileOp op) {
   return i >= 0 && i < kNumTileOps ? kNames[i] : "?";
 }
 
+bool reads_slot(const TileInstr& in, int32_t slot) {
+  if (in.op == TileOp::kLoad || in.op == TileOp::kConst) return false;
+  return in.a == slot || (in.op >= TileOp::kAdd && in.b == slot) || (in.op == TileOp::kWhere && in.c == slot);
+}
+
 int64_t TileProgram::numel() const {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;

@@ -47,6 +47,9 @@ struct TileInstr {
   bool operator==(const TileInstr&) const = default;
 };
 
+// Whether `in` reads slot `slot` (as a, b or c; loads and constants read none).
+bool reads_slot(const TileInstr& in, int32_t slot);
+
 struct TileProgram {
   std::vector<int64_t> shape;  // iteration space (collapsed; at least one dimension)
   std::vector<TileOperand> operands;
