@@ -278,3 +278,105 @@ def test_sdpa_and_eager_attention(saved, arch, static):
         cpu = greedy(load(path, attn_implementation=impl), ids, mask, static=static, pad_token_id=PAD)
         assert_same_tokens(tokens[impl], cpu)
     assert_same_tokens(tokens["sdpa"], tokens["eager"])
+
+
+# ------------------------------------------------------------- deferred stop check (adaptation 15)
+
+
+def test_decoding_reads_its_stop_flag_one_step_late_on_neuron():
+    from transformers.generation.utils import DeferredStopCheck
+
+    neuron, cpu = torch.device("neuron"), torch.device("cpu")
+    assert DeferredStopCheck.is_supported(neuron, None, False, is_assistant=False)
+    assert not DeferredStopCheck.is_supported(neuron, None, False, is_assistant=True)
+    assert not DeferredStopCheck.is_supported(cpu, None, False, is_assistant=False)
+    # Fails once Transformers defers on neuron by itself: the adaptation is then unnecessary.
+    assert not DeferredStopCheck.is_supported.__wrapped__(neuron, None, False, is_assistant=False)
+    check = DeferredStopCheck(torch.zeros(2, 3, dtype=torch.long, device="neuron"), 10, None, False)
+    host = [v for slot in check.slots for v in slot if isinstance(v, torch.Tensor)]
+    assert len(host) == 4 and all(t.device.type == "cpu" and t.is_pinned() for t in host)
+    # Elsewhere the flags stay as Transformers makes them.
+    check = DeferredStopCheck(torch.zeros(2, 3, dtype=torch.long), 10, None, False)
+    assert not any(v.is_pinned() for slot in check.slots for v in slot if isinstance(v, torch.Tensor))
+
+
+class _Collect:
+    """A streamer keeping what it is given (`generate` calls put/end like TextStreamer's)."""
+
+    def __init__(self):
+        self.chunks, self.ended = [], False
+
+    def put(self, value):
+        self.chunks.append(value.clone().cpu())
+
+    def end(self):
+        self.ended = True
+
+
+def _stop_token(cpu, ids, mask, step):
+    """A token CPU's greedy decoding produces in the first row at `step`: as EOS it stops that row early."""
+    out = greedy(cpu, ids, mask)
+    return int(out[0, ids.shape[1] + step])
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static", "compiled"])
+def test_an_early_eos_stop_equals_cpu_with_the_extra_step_undone(saved, monkeypatch, mode):
+    from transformers.generation.utils import DeferredStopCheck
+
+    path = saved["llama"]
+    model, cpu = load(path, "neuron"), load(path)
+    ids, mask = prompt(batch=1, seed=3)
+    eos = _stop_token(cpu, ids, mask, step=2)
+    kwargs = dict(max_new_tokens=NEW, do_sample=False, eos_token_id=eos)
+    if mode != "dynamic":
+        kwargs["cache_implementation"] = "static"
+    undone = []
+    original_finish = DeferredStopCheck.finish
+    monkeypatch.setattr(DeferredStopCheck, "finish", lambda self: undone.append(original_finish(self)) or undone[-1])
+    expected = cpu.generate(ids, attention_mask=mask, **kwargs, disable_compile=True)
+    assert expected.shape[1] < ids.shape[1] + NEW  # CPU stopped early
+    assert undone == []  # CPU reads its stop flag at once
+    streamed, cpu_streamed = _Collect(), _Collect()
+    cpu.generate(ids, attention_mask=mask, streamer=cpu_streamed, **kwargs, disable_compile=True)
+    got = model.generate(ids.to("neuron"), attention_mask=mask.to("neuron"), streamer=streamed,
+                         disable_compile=mode != "compiled", **kwargs)
+    assert_same_tokens(got.cpu(), expected)
+    assert undone == [1]  # the device ran one step past the stop, and it was dropped
+    assert streamed.ended and cpu_streamed.ended
+    assert_same_tokens(torch.cat([c.reshape(-1) for c in streamed.chunks]),
+                       torch.cat([c.reshape(-1) for c in cpu_streamed.chunks]))
+
+
+def test_a_returned_cache_is_cropped_back_after_the_extra_step(saved, monkeypatch):
+    from transformers.generation.utils import DeferredStopCheck
+
+    undone = []
+    original_finish = DeferredStopCheck.finish
+    monkeypatch.setattr(DeferredStopCheck, "finish", lambda self: undone.append(original_finish(self)) or undone[-1])
+    path = saved["qwen3"]
+    model, cpu = load(path, "neuron"), load(path)
+    ids, mask = prompt(batch=1, seed=5)
+    eos = _stop_token(cpu, ids, mask, step=3)
+    kwargs = dict(max_new_tokens=NEW, do_sample=False, eos_token_id=eos, return_dict_in_generate=True)
+    expected = cpu.generate(ids, attention_mask=mask, **kwargs)
+    got = model.generate(ids.to("neuron"), attention_mask=mask.to("neuron"), **kwargs)
+    assert expected.sequences.shape[1] < ids.shape[1] + NEW
+    assert_same_tokens(got.sequences.cpu(), expected.sequences)
+    assert undone == [1]
+    assert got.past_key_values.get_seq_length() == expected.past_key_values.get_seq_length()
+    for layer, cpu_layer in zip(got.past_key_values.layers, expected.past_key_values.layers):
+        torch.testing.assert_close(layer.keys.cpu(), cpu_layer.keys)
+        torch.testing.assert_close(layer.values.cpu(), cpu_layer.values)
+
+
+def test_rows_of_a_batch_stopping_at_different_steps_equal_cpu(saved):
+    path = saved["llama"]
+    model, cpu = load(path, "neuron"), load(path)
+    ids, mask = padded_batch()
+    eos = _stop_token(cpu, ids, mask, step=1)
+    kwargs = dict(max_new_tokens=NEW, do_sample=False, eos_token_id=eos, pad_token_id=PAD,
+                  cache_implementation="static")
+    expected = cpu.generate(ids, attention_mask=mask, **kwargs, disable_compile=True)
+    assert (expected[1:, -NEW:] != PAD).any()  # the other rows went on
+    got = model.generate(ids.to("neuron"), attention_mask=mask.to("neuron"), **kwargs)
+    assert_same_tokens(got.cpu(), expected)

@@ -28,13 +28,15 @@ of each and the library version it was checked against):
 | 12 | `safetensors.torch.load_file` | `_safetensors.py` |
 | 13 | TRL's trainer configs: `pad_to_multiple_of="auto"` pads nothing on neuron | `_trl.py` |
 | 14 | JetMoe's router and experts: compiled without recompiling when the routing changes | `_transformers_models.py` |
+| 15 | `transformers.generation.utils.DeferredStopCheck`: decoding reads its stop flag one step late | `_transformers_generation.py` |
 
 1-4, 8, 10 and 11 wrap the original and defer to it unchanged unless `neuron` is
 PyTorch's current accelerator, i.e.
 `torch.accelerator.current_accelerator().type == "neuron"`; 5 and 7 act only
 on models placed on a neuron device, 6 and 9 only on tensors on a neuron
 device, 12 only when asked for a neuron device, 13 only to TRL configs whose
-device is neuron, 14 only while Dynamo traces tensors on a neuron device.
+device is neuron, 14 only while Dynamo traces tensors on a neuron device, 15
+only to decoding loops whose inputs are on a neuron device.
 Otherwise TRL's trainers are Transformers' Trainer (8, 10) and its LoRA
 support is PEFT's (11, 12).
 
@@ -55,11 +57,12 @@ fact would have to chase every copy. A small `sys.meta_path` finder
 modules (each module's `TARGETS` and `CLASS_PATCHES`) and wraps the functions
 right after each module executes, before anything else can import them by
 name. The finder only installs itself if one of the adapted libraries is
-findable, and costs one dict lookup per import. Adaptations 5, 7, 10, 13 and 14
+findable, and costs one dict lookup per import. Adaptations 5, 7, 10, 13, 14 and 15
 patch the classes `PreTrainedModel` (its `to`, `neuron`, `from_pretrained` and
 `get_compiled_call`), `Trainer` (its RNG checkpointing), TRL's configs
-(their `__post_init__`) and JetMoe's `JetMoeTopKGating` and
-`JetMoeParallelExperts` (their `forward`) in place, so they have no copies to
+(their `__post_init__`), JetMoe's `JetMoeTopKGating` and
+`JetMoeParallelExperts` (their `forward`) and `DeferredStopCheck` (its
+`is_supported` and `__init__`) in place, so they have no copies to
 chase. If a target module is already imported when
 torchneuron is (unusual: `import torch` autoloads torchneuron first), it is
 patched at once and the already bound copies in the other loaded modules of

@@ -5,15 +5,15 @@ import sys
 import warnings
 
 from .._import_hooks import spec_running_after
-from . import (_accelerate, _diffusers, _peft, _safetensors, _transformers_device_map, _transformers_models,
-               _transformers_training, _trl)
+from . import (_accelerate, _diffusers, _peft, _safetensors, _transformers_device_map, _transformers_generation,
+               _transformers_models, _transformers_training, _trl)
 from ._common import PATCHED_ATTR as _PATCHED_ATTR
 
 # The libraries adapted: the finder installs itself if one of them is findable, and
 # copies of a wrapped function are chased through their loaded modules.
 LIBRARIES = ("accelerate", "transformers", "diffusers", "peft", "safetensors", "trl")
-_BY_LIBRARY = (_accelerate, _transformers_device_map, _transformers_models, _transformers_training,
-               _diffusers, _peft, _safetensors, _trl)
+_BY_LIBRARY = (_accelerate, _transformers_device_map, _transformers_models, _transformers_generation,
+               _transformers_training, _diffusers, _peft, _safetensors, _trl)
 
 
 def _merged(attr):
