@@ -110,10 +110,17 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
   check_inputs(inputs);
   const nc::Program& p = *program_;
   const c10::DeviceIndex device = inputs.empty() ? 0 : inputs[0].device().index();
+  // The memory at launch (the host may resize a storage before the task
+  // runs). Without collectives, the task holds the buffers as eager ops do:
+  // memory the host frees goes back to this stream's pool at once, and its
+  // reuse comes after the task; holding it would make a host running ahead
+  // fault in new segments for every call's outputs. With collectives, the
+  // group's queue thread reads the buffers too, so the task keeps them.
+  const bool held = !collectives_->empty();
+  auto at_launch = [held](const c10::Storage& s) { return held ? launch_alias(s) : queued_storage(s); };
   auto storages = std::make_shared<ProgramStorages>();
   for (const at::Tensor& t : inputs) {
-    // The memory at launch: the host may resize the storage before the task runs.
-    storages->inputs.push_back(launch_alias(t.storage()));
+    storages->inputs.push_back(at_launch(t.storage()));
     storages->input_offsets.push_back(t.storage_offset());
   }
   for (int64_t bytes : p.output_storage_bytes) storages->outputs.push_back(device_storage(device, static_cast<size_t>(bytes)));
@@ -140,21 +147,15 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
     }
   }
 
+  if (!held) {
+    // The callers' tensors now own the new outputs (the arena, nobody); the
+    // task takes stream-ordered handles.
+    for (c10::Storage& s : storages->outputs) s = queued_storage(s);
+    storages->arena = queued_storage(storages->arena);
+  }
   // Collectives take their turns on their groups' queues before the task is
   // queued (csrc/compiler/ProgramCollectives.h).
   std::shared_ptr<CollectiveTurns> turns = collectives_->reserve(p, storages, device);
-  if (turns == nullptr) {
-    // Without collectives, the task holds the buffers as eager ops do: memory
-    // the host frees goes back to this stream's pool at once, and its reuse
-    // comes after the task. Holding it would make a host running ahead fault
-    // in new segments for every call's outputs.
-    auto queued = std::make_shared<ProgramStorages>();
-    for (const at::Tensor& t : inputs) queued->inputs.push_back(queued_storage(t.storage()));
-    queued->input_offsets = storages->input_offsets;
-    for (const c10::Storage& s : storages->outputs) queued->outputs.push_back(queued_storage(s));
-    queued->arena = queued_storage(storages->arena);
-    storages = std::move(queued);
-  }
   // The task holds the program, its extern calls and those storages (not the
   // callers' tensors: their Python objects must not die on a worker).
   // Each extern step decides how many threads its ATen kernel gets
