@@ -17,10 +17,12 @@
    Transformers sets for "mps" (not an assistant model; no cache, a croppable
    one, or one the caller does not get back), and the host flags (and the
    streamer's token buffers) are pinned, so the device copies into them from
-   its queue. A batch-1 decode of the ~100M Llama of benchmarks/generate.py
-   ran 1.06-1.34x faster compiled in bfloat16 and 1.07-1.26x in float32 (A/B
-   pairs, docs/performance.md). Tokens are unchanged: tests/test_hf_generate.py
-   compares EOS stops, streamers and returned caches with CPU's.
+   its queue. Compiled batch-1 decoding of the ~100M Llama of
+   benchmarks/generate.py ran 1.19-1.21x faster in bfloat16 and 1.09-1.10x in
+   float32 (medians of A/B pairs in one process; eager decoding, bound by its
+   host, unchanged; docs/performance.md, "Decoding without a wait per token").
+   Tokens are unchanged: tests/test_hf_generate.py compares EOS stops,
+   streamers and returned caches with CPU's.
 """
 import collections
 import functools
