@@ -313,6 +313,17 @@ class _Collect:
         self.ended = True
 
 
+@pytest.fixture
+def undone(monkeypatch):
+    """The steps each deferred stop check of the test reported as undone (DeferredStopCheck.finish)."""
+    from transformers.generation.utils import DeferredStopCheck
+
+    steps = []
+    original_finish = DeferredStopCheck.finish
+    monkeypatch.setattr(DeferredStopCheck, "finish", lambda self: steps.append(original_finish(self)) or steps[-1])
+    return steps
+
+
 def _stop_token(cpu, ids, mask, step):
     """A token CPU's greedy decoding produces in the first row at `step`: as EOS it stops that row early."""
     out = greedy(cpu, ids, mask)
@@ -320,9 +331,7 @@ def _stop_token(cpu, ids, mask, step):
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static", "compiled"])
-def test_an_early_eos_stop_equals_cpu_with_the_extra_step_undone(saved, monkeypatch, mode):
-    from transformers.generation.utils import DeferredStopCheck
-
+def test_an_early_eos_stop_equals_cpu_with_the_extra_step_undone(saved, undone, mode):
     path = saved["llama"]
     model, cpu = load(path, "neuron"), load(path)
     ids, mask = prompt(batch=1, seed=3)
@@ -330,9 +339,6 @@ def test_an_early_eos_stop_equals_cpu_with_the_extra_step_undone(saved, monkeypa
     kwargs = dict(max_new_tokens=NEW, do_sample=False, eos_token_id=eos)
     if mode != "dynamic":
         kwargs["cache_implementation"] = "static"
-    undone = []
-    original_finish = DeferredStopCheck.finish
-    monkeypatch.setattr(DeferredStopCheck, "finish", lambda self: undone.append(original_finish(self)) or undone[-1])
     expected = cpu.generate(ids, attention_mask=mask, **kwargs, disable_compile=True)
     assert expected.shape[1] < ids.shape[1] + NEW  # CPU stopped early
     assert undone == []  # CPU reads its stop flag at once
@@ -347,12 +353,7 @@ def test_an_early_eos_stop_equals_cpu_with_the_extra_step_undone(saved, monkeypa
                        torch.cat([c.reshape(-1) for c in cpu_streamed.chunks]))
 
 
-def test_a_returned_cache_is_cropped_back_after_the_extra_step(saved, monkeypatch):
-    from transformers.generation.utils import DeferredStopCheck
-
-    undone = []
-    original_finish = DeferredStopCheck.finish
-    monkeypatch.setattr(DeferredStopCheck, "finish", lambda self: undone.append(original_finish(self)) or undone[-1])
+def test_a_returned_cache_is_cropped_back_after_the_extra_step(saved, undone):
     path = saved["qwen3"]
     model, cpu = load(path, "neuron"), load(path)
     ids, mask = prompt(batch=1, seed=5)
