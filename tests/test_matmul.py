@@ -55,6 +55,24 @@ def aten_has_bandwidth_gemv(dtype):
     return not (torch.backends.mkldnn.enabled and supported)
 
 
+def cpu_has_amx_bf16():
+    with open("/proc/cpuinfo") as f:
+        return any(line.startswith("flags") and "amx_bf16" in line.split() for line in f)
+
+
+def aten_has_amx_bf16_gemm():
+    """ATen's bfloat16 GEMM runs on AMX tiles (oneDNN on a CPU with AMX-BF16):
+    from 4 rows on it is faster than the kernel, so the device hands it those."""
+    return (cpu_has_amx_bf16() and torch.backends.mkldnn.enabled
+            and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def kernel_takes(M, dtype):
+    if M == 1 and aten_has_bandwidth_gemv(dtype):
+        return False
+    return not (dtype == torch.bfloat16 and M >= 4 and aten_has_amx_bf16_gemm())
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M", [1, 2, 5, 8, 16])
 def test_linear_runs_the_kernel_and_matches_cpu(M, dtype):
@@ -62,7 +80,7 @@ def test_linear_runs_the_kernel_and_matches_cpu(M, dtype):
     torchneuron.reset_executed_ops()
     check(F.linear, x, w, b)
     check(F.linear, x, w)
-    runs = 0 if M == 1 and aten_has_bandwidth_gemv(dtype) else 1
+    runs = 1 if kernel_takes(M, dtype) else 0
     assert kernel_runs("aten::addmm") == runs and kernel_runs("aten::mm") == runs, torchneuron.executed_ops()
 
 
@@ -87,6 +105,24 @@ def test_one_16bit_row_goes_to_aten_where_its_gemv_is_as_fast(dtype, onednn):
         torchneuron.reset_executed_ops()
         check(torch.mm, x, w.t().contiguous())
         assert kernel_runs("aten::mm") == 1, torchneuron.executed_ops()
+    finally:
+        torch._C._set_mkldnn_enabled(was)
+
+
+@pytest.mark.parametrize("onednn", [True, False])
+def test_bfloat16_rows_go_to_aten_where_it_has_amx(onednn):
+    """On a CPU with AMX-BF16, ATen's oneDNN GEMM takes bfloat16 products of
+    4 rows and more (faster than the kernel there); with oneDNN off, or on a
+    CPU without AMX, the kernel keeps them. Up to 3 rows stay on the kernel."""
+    was = torch.backends.mkldnn.enabled
+    torch._C._set_mkldnn_enabled(onednn)  # the setter, as in the test above
+    try:
+        for M in (3, 4, 8):
+            x, w, b = operands(M, 200, 70, torch.bfloat16)
+            torchneuron.reset_executed_ops()
+            check(F.linear, x, w, b)
+            expected = 0 if M >= 4 and onednn and cpu_has_amx_bf16() else 1
+            assert kernel_runs("aten::addmm") == expected, (M, torchneuron.executed_ops())
     finally:
         torch._C._set_mkldnn_enabled(was)
 

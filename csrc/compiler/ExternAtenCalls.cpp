@@ -291,7 +291,8 @@ ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()
     // threads would take the cores those threads need).
     if ((s.node.op == "aten::mm.default" || s.node.op == "aten::addmm.default") && !s.node.outputs.empty() &&
         s.node.outputs[0] >= 0 && p.values[s.node.outputs[0]].layout.sizes.size() == 2 &&
-        p.values[s.node.outputs[0]].layout.sizes[0] <= neuronkernels::kSkinnyMaxRows) {
+        native::skinny_matmul_takes_rows(scalar_type_of(p.values[s.node.outputs[0]].layout.dtype),
+                                         p.values[s.node.outputs[0]].layout.sizes[0])) {
       by_step_[i] = std::move(r);
       continue;
     }

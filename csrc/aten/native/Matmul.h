@@ -20,6 +20,11 @@ namespace torchneuron::native {
 // otherwise nothing.
 std::optional<neuronkernels::SkinnyMatmulParams> skinny_matmul_params(const at::Tensor& x, const at::Tensor& w,
                                                                      const at::Tensor* bias);
+// Whether the skinny-matmul kernel takes a product of `rows` rows of this
+// type (the row range of the kernel, and not a product ATen computes
+// faster: see skinny_matmul_params). A compiled program's extern matmul asks
+// it to know which kernel will run.
+bool skinny_matmul_takes_rows(c10::ScalarType type, int64_t rows);
 // Runs the kernel on the calling thread (inside queued work: a compiled
 // program's matmul), split over the device's threads when it pays.
 void run_skinny_matmul_here(const neuronkernels::SkinnyMatmulParams& p);
