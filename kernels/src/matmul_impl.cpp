@@ -69,6 +69,21 @@ template <DType D>
 constexpr int64_t stream_max_rows() {
   return D == DType::kBFloat16 ? 2 : 4;
 }
+// float32 at AVX-512 on Intel CPUs streams every row count the kernel takes.
+// On an Intel Xeon (2 cores) the tiles read the weight at 5.5-8.8 GB/s where
+// streaming read it at 9.5-17 GB/s up to 16 rows: 5 to 16 rows went from
+// 0.26-0.66x ATen's MKL to 0.90-2.04x (benchmarks/linear.py). 16-bit weights
+// keep the tiles (float16 at 8 to 16 rows lost 20-30% streaming), and so does
+// the AVX2 level, which was not measured against its tiles there.
+template <DType D>
+int64_t stream_rows() {
+#if NK_VEC_LANES == 16
+  static const bool intel = (__builtin_cpu_init(), __builtin_cpu_is("intel"));
+  if (D == DType::kFloat32 && intel) return kSkinnyMaxRows;
+#endif
+  return stream_max_rows<D>();
+}
+
 // "nn": output columns per tile on AVX-512; the unit of columns threads split.
 constexpr int kWideVecs = 4;
 constexpr int kWideCols = kWideVecs * kLanes;
@@ -170,21 +185,21 @@ inline vecf column_dot(const float* x, const typename Elem<D>::Storage* w, int64
   return a0 + a1;
 }
 
-// "nt", columns n0 .. n1, every row (M <= stream_max_rows): each column is
+// "nt", columns n0 .. n1, every row (M <= stream_rows): each column is
 // read from memory once, by the first row's dot product, and stays in L1 for
-// the others; the rows' lane sums are folded together.
+// the others; the rows' lane sums are folded together, four at a time.
 template <DType D>
 void nt_stream(const Problem& pr, int64_t n0, int64_t n1) {
   using E = Elem<D>;
-  static_assert(stream_max_rows<D>() <= 4, "lane_sums4 folds four rows");
+  static_assert(kSkinnyMaxRows % 4 == 0, "lane_sums4 folds four rows");
   const int64_t K = pr.K, kv = K / kLanes * kLanes, ld = pr.p.w.col_stride;
   const auto* w = as<D>(pr.p.w.data);
   for (int64_t n = n0; n < n1; ++n) {
     const auto* wc = w + n * ld;
-    vecf part[4] = {};
+    vecf part[kSkinnyMaxRows] = {};
     for (int64_t m = 0; m < pr.M; ++m) part[m] = column_dot<D>(pr.xf + m * K, wc, kv);
-    float sums[4];
-    lane_sums4(part, sums);
+    float sums[kSkinnyMaxRows];
+    for (int64_t g = 0; g < pr.M; g += 4) lane_sums4(part + g, sums + g);
     for (int64_t m = 0; m < pr.M; ++m) {
       float s = sums[m];
       for (int64_t k = kv; k < K; ++k) s += pr.xf[m * K + k] * E::load(wc + k);
@@ -389,7 +404,7 @@ void run_nn(const Problem& pr, const ParallelFor& parallel_for) {
 template <DType D>
 void run(const Problem& pr, const ParallelFor& parallel_for) {
   if (pr.p.w.row_stride != 1) return run_nn<D>(pr, parallel_for);
-  if (pr.M <= stream_max_rows<D>()) {
+  if (pr.M <= stream_rows<D>()) {
     return parallel_for(pr.N, [&](int64_t begin, int64_t end) { nt_stream<D>(pr, begin, end); });
   }
   run_nt<D, kNtShape>(pr, parallel_for);
