@@ -196,8 +196,12 @@ void nt_stream(const Problem& pr, int64_t n0, int64_t n1) {
   const auto* w = as<D>(pr.p.w.data);
   for (int64_t n = n0; n < n1; ++n) {
     const auto* wc = w + n * ld;
-    vecf part[kSkinnyMaxRows] = {};
-    for (int64_t m = 0; m < pr.M; ++m) part[m] = column_dot<D>(pr.xf + m * K, wc, kv);
+    // Rows up to the next multiple of 4 (what lane_sums4 reads); the rest
+    // stay unset, so one row zeroes no more than four vectors.
+    vecf part[kSkinnyMaxRows];
+    for (int64_t m = 0; m < (pr.M + 3) / 4 * 4; ++m) {
+      part[m] = m < pr.M ? column_dot<D>(pr.xf + m * K, wc, kv) : vecf{};
+    }
     float sums[kSkinnyMaxRows];
     for (int64_t g = 0; g < pr.M; g += 4) lane_sums4(part + g, sums + g);
     for (int64_t m = 0; m < pr.M; ++m) {

@@ -39,15 +39,20 @@ nk::View2 view_of(const at::Tensor& t, nk::DType dtype) {
 // this CPU (bfloat16 with AVX-512, float16 with AVX512-FP16 or AMX, as
 // `torch.ops.mkldnn._is_mkldnn_*_supported` say). There oneDNN's GEMM reads
 // at about half the bandwidth and the skinny matmul wins (1.3-1.5x).
-bool aten_has_bandwidth_gemv(nk::DType dtype) {
+// Whether oneDNN supports this 16-bit type on this CPU, as ATen answers it
+// (`torch.ops.mkldnn._is_mkldnn_*_supported`); asked once per process.
+bool onednn_supports(nk::DType dtype) {
   auto supported = [](const char* op) {
     const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(op, "");
     return handle.typed<bool()>().call();
   };
-  static const bool onednn_bf16 = supported("mkldnn::_is_mkldnn_bf16_supported");
-  static const bool onednn_fp16 = supported("mkldnn::_is_mkldnn_fp16_supported");
-  const bool onednn = at::globalContext().userEnabledMkldnn() &&
-                      (dtype == nk::DType::kBFloat16 ? onednn_bf16 : onednn_fp16);
+  static const bool bf16 = supported("mkldnn::_is_mkldnn_bf16_supported");
+  static const bool fp16 = supported("mkldnn::_is_mkldnn_fp16_supported");
+  return dtype == nk::DType::kBFloat16 ? bf16 : fp16;
+}
+
+bool aten_has_bandwidth_gemv(nk::DType dtype) {
+  const bool onednn = at::globalContext().userEnabledMkldnn() && onednn_supports(dtype);
   return dtype != nk::DType::kFloat32 && !onednn;
 }
 
@@ -56,14 +61,10 @@ bool aten_has_bandwidth_gemv(nk::DType dtype) {
 // tiles itself). From 4 rows on they multiply faster than the skinny matmul
 // streams the weight. Measured on an Intel Xeon with AMX (benchmarks/linear.py,
 // 768 x 2048): the kernel against CPU at 3, 4, 8 and 16 rows 1.09x, 0.99x,
-// 0.88x, 0.49x; compiled batch-8 bfloat16 decoding 283 -> 370 tokens/s with
+// 0.88x, 0.49x; compiled batch-8 bfloat16 decoding 283 -> 384 tokens/s with
 // those products on oneDNN (docs/performance.md).
 bool aten_has_amx_bf16_gemm() {
-  static const bool amx = __builtin_cpu_supports("amx-bf16") &&
-                          c10::Dispatcher::singleton()
-                              .findSchemaOrThrow("mkldnn::_is_mkldnn_bf16_supported", "")
-                              .typed<bool()>()
-                              .call();
+  static const bool amx = __builtin_cpu_supports("amx-bf16") && onednn_supports(nk::DType::kBFloat16);
   return amx && at::globalContext().userEnabledMkldnn();
 }
 constexpr int64_t kAmxMinRows = 4;
