@@ -258,3 +258,52 @@ def test_schedule_cycles_each_get_their_active_steps(mats):
             prof.step()
     assert per_cycle == [2, 2]  # warm-up and waiting steps are not recorded
     assert torchneuron._C._profiler_record_count() == 0
+
+
+def test_compiled_program_steps_are_device_intervals_inside_the_program_range(tmp_path):
+    # A compiled graph runs as one task; under the profiler each of its steps
+    # is its own device interval (as a CUDA graph's kernels are), and the
+    # program is a range around them, so no device time is counted twice.
+    def f(x, w):
+        return torch.softmax(x @ w, dim=-1).exp().sum(-1)
+
+    x = torch.randn(64, 128, device="neuron")
+    w = torch.randn(128, 256, device="neuron")
+    compiled = torch.compile(f, backend="neuron")
+    warm(lambda: compiled(x, w))
+    prof = run_profiled(lambda: [compiled(x, w) for _ in range(2)])
+    torch.testing.assert_close(compiled(x, w).cpu(), f(x.cpu(), w.cpu()), rtol=1e-4, atol=1e-4)
+
+    steps = [e for e in device_events(prof) if not e.is_user_annotation]
+    names = [e.name for e in steps]
+    assert names.count("aten::mm.default") == 2, names
+    fused = [n for n in names if n.startswith("fused [64, 256]:")]
+    assert fused and all("exp" in n and "sum" in n for n in fused), names
+    assert all(e.device_time_total > 0 for e in steps)
+    programs = [e for e in device_events(prof) if e.is_user_annotation and e.name.startswith("compiled graph")]
+    assert len(programs) == 2, [e.name for e in device_events(prof)]
+    for program in programs:
+        inside = [e for e in steps if program.time_range.start <= e.time_range.start <= program.time_range.end]
+        assert len(inside) == len(steps) // 2
+        assert max(e.time_range.end for e in inside) <= program.time_range.end
+        assert sum(e.device_time_total for e in inside) <= program.device_time_total * 1.01 + 1
+    # The compiled region's device time is its steps' time, counted once.
+    (region,) = [r for r in prof.key_averages() if r.key.startswith("Torch-Compiled Region")
+                 and r.device_type == DeviceType.CPU]
+    assert region.device_time_total == pytest.approx(sum(e.device_time_total for e in steps), rel=0.01)
+
+    events = chrome_trace(prof, tmp_path)
+    (first_mm, _) = sorted((e for e in events if e.get("cat") == "kernel" and e["name"] == "aten::mm.default"),
+                           key=lambda e: e["ts"])
+    ranges = [e for e in events if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("compiled graph")]
+    assert {(e["pid"], e["tid"]) for e in ranges} == {(0, 0)}
+    # The launch's flow arrow ends at the program's first step.
+    flows = {e["id"]: set() for e in events if e.get("cat") == "ac2g"}
+    for e in events:
+        if e.get("cat") == "ac2g":
+            flows[e["id"]].add((e["ph"], e["ts"]))
+    assert any(("f", first_mm["ts"]) in ends and any(ph == "s" for ph, _ in ends) for ends in flows.values())
+    # With profiling off, the program records nothing.
+    compiled(x, w)
+    torch.neuron.synchronize()
+    assert torchneuron._C._profiler_record_count() == 0

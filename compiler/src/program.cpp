@@ -275,4 +275,34 @@ std::string Program::describe() const {
   return os.str();
 }
 
+std::string Program::step_name(size_t step) const {
+  const Step& s = steps.at(step);
+  if (s.kind != Step::Kind::kFused) return s.node.op;
+  std::ostringstream os;
+  os << "fused [";
+  for (size_t d = 0; d < s.tiles.shape.size(); ++d) os << (d ? ", " : "") << s.tiles.shape[d];
+  os << "]:";
+  // Each operation once, in program order; memory and constants left out.
+  constexpr int kMaxListed = 8;
+  bool seen[kNumTileOps] = {};
+  int listed = 0;
+  for (const TileInstr& in : s.tiles.instrs) {
+    if (in.op == TileOp::kLoad || in.op == TileOp::kStore || in.op == TileOp::kConst) continue;
+    if (seen[static_cast<int>(in.op)]) continue;
+    seen[static_cast<int>(in.op)] = true;
+    if (listed++ == kMaxListed) {
+      os << " ...";
+      break;
+    }
+    if (in.op != TileOp::kReduce) {
+      os << " " << tile_op_name(in.op);
+      continue;
+    }
+    static const char* const kReduceNames[] = {"reduce", "sum", "mean", "max"};
+    os << " " << kReduceNames[static_cast<int>(s.tiles.reduce)];
+  }
+  os << " (" << s.graph_nodes << (s.graph_nodes == 1 ? " node)" : " nodes)");
+  return os.str();
+}
+
 }  // namespace neuroncompiler

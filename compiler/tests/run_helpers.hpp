@@ -80,7 +80,8 @@ inline void fill_random(const Layout& l, void* data, std::mt19937& rng) {
 }
 
 inline CompiledRun compile_and_run(const Graph& g, TestExterns* externs = nullptr, unsigned seed = 1,
-                           const neuronkernels::ParallelFor& pf = neuronkernels::serial_for) {
+                           const neuronkernels::ParallelFor& pf = neuronkernels::serial_for,
+                           StepObserver* observer = nullptr) {
   CompiledRun r;
   r.program = compile_graph(g);
   std::mt19937 rng(seed);
@@ -95,7 +96,7 @@ inline CompiledRun compile_and_run(const Graph& g, TestExterns* externs = nullpt
   for (auto& b : r.outputs) r.buffers.outputs.push_back(b.data());
   r.buffers.arena = r.arena.data();
   TestExterns none;
-  run_program(r.program, r.buffers, externs ? *externs : none, pf);
+  run_program(r.program, r.buffers, externs ? *externs : none, pf, observer);
   return r;
 }
 

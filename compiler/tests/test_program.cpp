@@ -98,6 +98,36 @@ TEST(Program, AnExternFailureKeepsItsType) {
   EXPECT_EQ(externs.calls, 1);
 }
 
+// Records the observer's calls as "+i" (started) and "-i" (finished).
+struct StepLog : StepObserver {
+  std::vector<std::string> events;
+  void step_started(size_t step) override { events.push_back("+" + std::to_string(step)); }
+  void step_finished(size_t step) override { events.push_back("-" + std::to_string(step)); }
+};
+
+TEST(Program, AnObserverSeesEachStepStartAndFinishAndStepsHaveNames) {
+  const Program p = compile_graph(mlp_graph());
+  ASSERT_EQ(p.steps.size(), 3u);
+  EXPECT_EQ(p.step_name(1), "test::mm");
+  const std::string first = p.step_name(0), last = p.step_name(2);
+  EXPECT_EQ(first.rfind("fused [", 0), 0u) << first;
+  EXPECT_NE(first.find(": exp (1 node)"), std::string::npos) << first;
+  EXPECT_NE(last.find(": add relu mul (3 nodes)"), std::string::npos) << last;
+  EXPECT_THROW(p.step_name(3), std::out_of_range);
+
+  TestExterns externs;
+  externs.ops["test::mm"] = test_mm;
+  StepLog log;
+  const CompiledRun r = compile_and_run(mlp_graph(), &externs, 1, neuronkernels::serial_for, &log);
+  EXPECT_EQ(log.events, (std::vector<std::string>{"+0", "-0", "+1", "-1", "+2", "-2"}));
+
+  // A failing step is started, not finished, and nothing after it runs.
+  TestExterns failing;
+  StepLog failed;
+  EXPECT_THROW(run_program(r.program, r.buffers, failing, neuronkernels::serial_for, &failed), std::runtime_error);
+  EXPECT_EQ(failed.events, (std::vector<std::string>{"+0", "-0", "+1"}));
+}
+
 TEST(Program, InputMutationWritesTheCallersBuffer) {
   GraphBuilder b;
   const int32_t cache = b.input(DType::kFloat32, {2, 4});

@@ -1,5 +1,6 @@
 #include "csrc/compiler/CompiledGraph.h"
 
+#include <optional>
 #include <sstream>
 
 #include <c10/util/Exception.h>
@@ -7,6 +8,7 @@
 #include "csrc/aten/DeviceTensors.h"
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/native/KernelSupport.h"
+#include "neuronrt/neuronrt.hpp"
 
 namespace torchneuron {
 
@@ -22,6 +24,28 @@ std::string shape_text(c10::IntArrayRef v) {
   return os.str();
 }
 
+std::vector<std::string> step_names(const nc::Program& p) {
+  std::vector<std::string> names;
+  names.reserve(p.steps.size());
+  for (size_t i = 0; i < p.steps.size(); ++i) names.push_back(p.step_name(i));
+  return names;
+}
+
+// While the profiler runs, each step becomes a part of the program's task
+// (its own interval on the device timeline, docs/profiling.md).
+class ProfiledSteps final : public nc::StepObserver {
+ public:
+  explicit ProfiledSteps(const std::vector<std::string>& names) : names_(names) {}
+  void step_started(size_t) override { start_ns_ = neuronrt::profiling_now_ns(); }
+  void step_finished(size_t step) override {
+    neuronrt::profiling_record_task_part(names_[step].c_str(), start_ns_, neuronrt::profiling_now_ns());
+  }
+
+ private:
+  const std::vector<std::string>& names_;
+  int64_t start_ns_ = 0;
+};
+
 }  // namespace
 
 CompiledGraph::CompiledGraph(nc::Program program, nc::CompileReport report, std::string label)
@@ -29,6 +53,7 @@ CompiledGraph::CompiledGraph(nc::Program program, nc::CompileReport report, std:
       report_(report),
       label_(std::move(label)),
       task_name_("compiled " + label_),
+      step_names_(std::make_shared<const std::vector<std::string>>(step_names(*program_))),
       externs_(std::make_shared<ExternAtenCalls>(*program_)),
       collectives_(std::make_shared<ProgramCollectives>(*program_)) {}
 
@@ -161,7 +186,7 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
   // Each extern step decides how many threads its ATen kernel gets
   // (ExternAtenCalls::call), not the task as a whole.
   launch(device, task_name_.c_str(),
-                     [program = program_, externs = externs_, storages, device, turns]() {
+                     [program = program_, externs = externs_, names = step_names_, storages, device, turns]() {
                        nc::RunBuffers buffers;
                        for (size_t i = 0; i < storages->inputs.size(); ++i) {
                          const nc::Layout& l = program->values[program->inputs[i]].layout;
@@ -171,12 +196,15 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
                        for (auto& s : storages->outputs) buffers.outputs.push_back(s.mutable_data());
                        buffers.arena = storages->arena ? storages->arena.mutable_data() : nullptr;
                        BoundExternCalls calls(*externs, *storages, device, turns.get());
+                       std::optional<ProfiledSteps> profiled;
+                       if (neuronrt::profiling_in_task()) [[unlikely]] profiled.emplace(*names);
+                       nc::StepObserver* observer = profiled ? &*profiled : nullptr;
                        if (turns == nullptr) {
-                         nc::run_program(*program, buffers, calls, native::device_parallel_for);
+                         nc::run_program(*program, buffers, calls, native::device_parallel_for, observer);
                          return;
                        }
                        try {
-                         nc::run_program(*program, buffers, calls, native::device_parallel_for);
+                         nc::run_program(*program, buffers, calls, native::device_parallel_for, observer);
                        } catch (...) {
                          turns->cancel("the program failed before it");
                          throw;

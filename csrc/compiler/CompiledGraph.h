@@ -47,6 +47,8 @@ class CompiledGraph {
   neuroncompiler::CompileReport report_;
   std::string label_;
   std::string task_name_;  // the stream task's name (outlives the task: the task holds this object)
+  // Program::step_name of each step: a profiled run records each step under it.
+  std::shared_ptr<const std::vector<std::string>> step_names_;
   std::shared_ptr<ExternAtenCalls> externs_;
   std::shared_ptr<ProgramCollectives> collectives_;  // functional collectives, run in the group's order
 };

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 
 #include <output_base.h>
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
@@ -129,13 +130,45 @@ void NeuronActivitySession::processTrace(libkineto::ActivityLogger& logger,
     // Torch keeps its correlation ids as Kineto's 32-bit activity ids.
     return id ? linked_activity(static_cast<int32_t>(id)) : nullptr;
   };
+  auto next_flow = [] { return g_next_flow.fetch_add(1, std::memory_order_relaxed); };
+  // Work on the device, as Kineto's kernels: linked to the op that queued it.
+  auto device_work = [&](const neuronrt::TaskRecord& r, int32_t id) -> libkineto::GenericTraceActivity& {
+    auto& work = add(ActivityType::CONCURRENT_KERNEL, r.op_name);
+    work.device = r.device;
+    work.resource = static_cast<int32_t>(r.stream);
+    work.startTime = unix_ns(r.start_ns);
+    work.endTime = unix_ns(r.end_ns);
+    work.id = id;
+    work.linked = op_of(r.tag);
+    work.addMetadata("device", r.device);
+    work.addMetadata("stream", r.stream);
+    return work;
+  };
+  auto flow_end = [](libkineto::GenericTraceActivity& a, uint32_t flow) {
+    a.flow.id = flow;
+    a.flow.type = libkineto::kLinkAsyncCpuGpu;
+    a.flow.start = 0;
+  };
   const int32_t pid = libkineto::processId();
   // record_function range id, device, stream -> [first start, last end]
   std::map<std::tuple<uint64_t, int, int64_t>, std::pair<int64_t, int64_t>> ranges;
+  // Tasks that recorded parts (a compiled program's steps, kept before their
+  // task) -> the flow from the task's launch to its first part. As a CUDA
+  // graph's kernels are, the parts are the device's work and the task is a
+  // range around them, so its time is not counted twice.
+  std::unordered_map<uint64_t, uint32_t> part_flows;
 
   for (const neuronrt::TaskRecord& r : records) {
-    const libkineto::ITraceActivity* op = op_of(r.tag);
-    const uint32_t flow = g_next_flow.fetch_add(1, std::memory_order_relaxed);
+    if (r.part) {
+      auto& step = device_work(r, static_cast<int32_t>(next_flow()));
+      auto [it, first] = part_flows.try_emplace(r.task, 0);
+      if (first) flow_end(step, it->second = next_flow());
+      logger.handleActivity(step);
+      continue;
+    }
+    const auto parts = part_flows.find(r.task);
+    const bool has_parts = parts != part_flows.end();
+    const uint32_t flow = has_parts ? parts->second : next_flow();
     // Work of the synchronous path ran on the issuing thread: nothing queued.
     const bool queued = !r.on_host;
     if (queued && wants(ActivityType::PRIVATEUSE1_RUNTIME)) {
@@ -147,35 +180,39 @@ void NeuronActivitySession::processTrace(libkineto::ActivityLogger& logger,
       launch.startTime = unix_ns(r.enqueue_begin_ns);
       launch.endTime = unix_ns(r.enqueue_end_ns);
       launch.id = static_cast<int32_t>(flow);
-      launch.linked = op;
+      launch.linked = op_of(r.tag);
       launch.flow.id = flow;
       launch.flow.type = libkineto::kLinkAsyncCpuGpu;
       launch.flow.start = 1;
       launch.addMetadataQuoted("op", r.op_name);
       logger.handleActivity(launch);
     }
-    // The device side: the work on its stream's worker.
-    auto& work = add(ActivityType::CONCURRENT_KERNEL, r.op_name);
-    work.device = r.device;
-    work.resource = static_cast<int32_t>(r.stream);
-    work.startTime = unix_ns(r.start_ns);
-    work.endTime = unix_ns(r.end_ns);
-    work.id = static_cast<int32_t>(flow);
-    work.linked = op;
-    work.addMetadata("device", r.device);
-    work.addMetadata("stream", r.stream);
-    work.addMetadata("correlation", flow);
-    if (queued) {
-      work.flow.id = flow;
-      work.flow.type = libkineto::kLinkAsyncCpuGpu;
-      work.flow.start = 0;
-      // How long it waited behind earlier work: the host was that far ahead.
-      work.addMetadata("queued us", (r.start_ns - r.enqueue_end_ns) / 1000);
-    } else {
-      work.addMetadata("synchronous", 1);
-    }
-    logger.handleActivity(work);
     streams_.emplace(r.device, r.stream);
+    if (has_parts) {
+      // The task around its parts, as a range on its stream.
+      if (wants(ActivityType::GPU_USER_ANNOTATION)) {
+        auto& task = add(ActivityType::GPU_USER_ANNOTATION, r.op_name);
+        task.device = r.device;
+        task.resource = static_cast<int32_t>(r.stream);
+        task.startTime = unix_ns(r.start_ns);
+        task.endTime = unix_ns(r.end_ns);
+        task.id = static_cast<int32_t>(flow);
+        task.addMetadata("queued us", (r.start_ns - r.enqueue_end_ns) / 1000);
+        logger.handleActivity(task);
+      }
+    } else {
+      // The device side: the work on its stream's worker.
+      auto& work = device_work(r, static_cast<int32_t>(flow));
+      work.addMetadata("correlation", flow);
+      if (queued) {
+        flow_end(work, flow);
+        // How long it waited behind earlier work: the host was that far ahead.
+        work.addMetadata("queued us", (r.start_ns - r.enqueue_end_ns) / 1000);
+      } else {
+        work.addMetadata("synchronous", 1);
+      }
+      logger.handleActivity(work);
+    }
     if (r.user_tag && wants(ActivityType::GPU_USER_ANNOTATION)) {
       auto [it, fresh] = ranges.try_emplace({r.user_tag, r.device, r.stream}, r.start_ns, r.end_ns);
       if (!fresh) {

@@ -14,6 +14,7 @@
 namespace neuronrt::detail {
 
 std::atomic<bool> g_profiling{false};
+thread_local TaskProfile* t_running_task = nullptr;
 
 namespace {
 
@@ -29,6 +30,7 @@ Store& store() {
 }
 
 std::atomic<uint64_t> g_session{0};
+std::atomic<uint64_t> g_next_task{1};  // ids of profiled tasks
 
 struct ThreadTags {
   uint64_t tag = 0;
@@ -59,6 +61,7 @@ std::unique_ptr<TaskProfile> begin_task_profile(int device, int64_t stream, cons
   p->record.tag = t_tags.tag;
   p->record.user_tag = t_tags.user_tag;
   p->record.host_thread = this_thread_id();
+  p->record.task = g_next_task.fetch_add(1, std::memory_order_relaxed);
   p->session = g_session.load(std::memory_order_relaxed);
   return p;
 }
@@ -98,6 +101,21 @@ void profiling_record_host_work(nrtStream_t stream, const char* op_name, int64_t
   p->record.end_ns = detail::now_ns();
   p->record.start_ns = p->record.enqueue_begin_ns = p->record.enqueue_end_ns = start_ns;
   p->record.on_host = true;
+  detail::keep_task_profile(std::move(p));
+}
+
+bool profiling_in_task() { return detail::t_running_task != nullptr; }
+
+void profiling_record_task_part(const char* name, int64_t start_ns, int64_t end_ns) {
+  const detail::TaskProfile* task = detail::t_running_task;
+  if (task == nullptr) return;
+  auto p = std::make_unique<detail::TaskProfile>();
+  p->record = task->record;
+  p->record.op_name = name ? name : "";
+  p->record.start_ns = start_ns;
+  p->record.end_ns = end_ns;
+  p->record.part = true;
+  p->session = task->session;
   detail::keep_task_profile(std::move(p));
 }
 

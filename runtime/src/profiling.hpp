@@ -19,6 +19,9 @@ struct TaskProfile {
 
 extern std::atomic<bool> g_profiling;
 
+// The profiled task this worker runs (null otherwise), for its parts.
+extern thread_local TaskProfile* t_running_task;
+
 // The enqueue hot path: one relaxed load.
 inline bool profiling_on() { return g_profiling.load(std::memory_order_relaxed); }
 

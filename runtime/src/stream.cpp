@@ -270,7 +270,10 @@ void nrtStream_st::finish_locked(uint64_t seq, bool failed, Failure* failure) {
 bool nrtStream_st::run(Task& t, bool skip, Failure* failure) {
   bool failed = false;
   TaskProfile* profile = skip ? nullptr : t.profile.get();
-  if (profile) [[unlikely]] profile->record.start_ns = now_ns();
+  if (profile) [[unlikely]] {
+    profile->record.start_ns = now_ns();
+    t_running_task = profile;
+  }
   switch (t.kind) {
     case Task::Kind::kRecord:
       event_complete(t.event, t.generation);
@@ -314,6 +317,7 @@ bool nrtStream_st::run(Task& t, bool skip, Failure* failure) {
       break;
   }
   if (profile) [[unlikely]] {
+    t_running_task = nullptr;
     // Before the captures are dropped: their release is not the op's work.
     profile->record.end_ns = now_ns();
     keep_task_profile(std::move(t.profile));

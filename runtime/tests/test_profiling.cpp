@@ -162,3 +162,51 @@ TEST_F(Profiling, HostWorkIsRecordedOnItsStream) {
   }
   ASSERT_EQ(nrtStreamDestroy(s), nrtSuccess);
 }
+
+TEST_F(Profiling, ATaskRecordsItsPartsBeforeItself) {
+  nrtStream_t s = nrt_test::default_stream(0);
+  EXPECT_FALSE(neuronrt::profiling_in_task());
+  neuronrt::profiling_record_task_part("outside", 0, 1);  // not in a task: dropped
+  bool in_task_off = true;
+  neuronrt::launch(s, "unprofiled", [&] { in_task_off = neuronrt::profiling_in_task(); });
+  neuronrt::synchronize(s);
+  EXPECT_FALSE(in_task_off);  // profiling off: a task has no parts
+
+  Session session;
+  neuronrt::profiling_set_tags(5, 2);
+  bool in_task = false;
+  neuronrt::launch(s, "program", [&] {
+    in_task = neuronrt::profiling_in_task();
+    for (const char* name : {"step 0", "step 1"}) {
+      const int64_t start = neuronrt::profiling_now_ns();
+      sleep_ms(2);
+      neuronrt::profiling_record_task_part(name, start, neuronrt::profiling_now_ns());
+    }
+  });
+  neuronrt::launch(s, "next", [] {});
+  neuronrt::synchronize(s);
+  neuronrt::profiling_stop();
+  EXPECT_TRUE(in_task);
+  std::vector<neuronrt::TaskRecord> r = neuronrt::profiling_take_records();
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[0].op_name, "step 0");
+  EXPECT_EQ(r[1].op_name, "step 1");
+  EXPECT_EQ(r[2].op_name, "program");
+  EXPECT_EQ(r[3].op_name, "next");
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(r[i].part);
+    EXPECT_EQ(r[i].task, r[2].task);  // linked to their task, with its device, stream and tags
+    EXPECT_EQ(r[i].device, r[2].device);
+    EXPECT_EQ(r[i].stream, r[2].stream);
+    EXPECT_EQ(r[i].tag, 5u);
+    EXPECT_EQ(r[i].user_tag, 2u);
+    EXPECT_LE(r[2].start_ns, r[i].start_ns);  // inside the task's interval
+    EXPECT_LE(r[i].end_ns, r[2].end_ns);
+    EXPECT_GE(r[i].end_ns - r[i].start_ns, 1'900'000);
+  }
+  EXPECT_LE(r[0].end_ns, r[1].start_ns);
+  EXPECT_FALSE(r[2].part);
+  EXPECT_FALSE(r[3].part);
+  EXPECT_NE(r[2].task, 0u);
+  EXPECT_NE(r[2].task, r[3].task);
+}

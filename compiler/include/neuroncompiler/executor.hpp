@@ -27,12 +27,22 @@ class ExternCalls {
   virtual void call(const Program& program, const RunBuffers& buffers, const Step& step) = 0;
 };
 
+// Told as each step starts and finishes (a profiler timing the steps). A
+// step that throws is not finished.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void step_started(size_t step) = 0;
+  virtual void step_finished(size_t step) = 0;
+};
+
 // Where a value's element 0 lives, or nullptr if it has no buffer.
 void* value_data(const Program& program, const RunBuffers& buffers, int32_t value);
 
 // A fused group's failure is a std::runtime_error naming the step; an extern
 // call's propagates as the callback threw it.
 void run_program(const Program& program, const RunBuffers& buffers, ExternCalls& externs,
-                 const neuronkernels::ParallelFor& parallel_for = neuronkernels::serial_for);
+                 const neuronkernels::ParallelFor& parallel_for = neuronkernels::serial_for,
+                 StepObserver* observer = nullptr);
 
 }  // namespace neuroncompiler

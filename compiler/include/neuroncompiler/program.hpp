@@ -68,6 +68,10 @@ struct Program {
   int library_calls() const; // extern matrix products (oneDNN/MKL or the skinny matmul)
   // A readable listing (steps, buffers), for debug dumps.
   std::string describe() const;
+  // A step's short name, for profilers: an extern or native step's op
+  // ("aten::mm.default", "neuron::attention"); a fused group's iteration
+  // space and operations ("fused [512, 32000]: exp sub sum (6 nodes)").
+  std::string step_name(size_t step) const;
 };
 
 // A matrix product (the GEMM libraries ATen calls, or the device's skinny matmul).

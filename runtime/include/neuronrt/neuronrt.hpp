@@ -104,6 +104,11 @@ struct TaskRecord {
   int64_t enqueue_begin_ns = 0, enqueue_end_ns = 0;  // on the host
   int64_t start_ns = 0, end_ns = 0;                  // on the worker
   bool on_host = false;  // ran on the issuing thread (profiling_record_host_work)
+  // Parts: a task may record parts of its work (profiling_record_task_part,
+  // a compiled program's steps). Its id is unique within the session; a part
+  // carries its task's id and the task's device, stream and tags.
+  uint64_t task = 0;
+  bool part = false;
 };
 
 // Starts a profiling session: drops records left from an earlier one, then
@@ -120,6 +125,12 @@ void profiling_set_tags(uint64_t tag, uint64_t user_tag);
 // the stream was drained (a torch op's synchronous path), from start_ns to
 // now. A no-op while profiling is off.
 void profiling_record_host_work(nrtStream_t stream, const char* op_name, int64_t start_ns);
+// True on a stream's worker while it runs a task that is being profiled:
+// only then does profiling_record_task_part keep anything.
+bool profiling_in_task();
+// Records [start_ns, end_ns] (profiling_now_ns) as a part of the task the
+// calling worker runs, named `name`. Kept before the task's own record.
+void profiling_record_task_part(const char* name, int64_t start_ns, int64_t end_ns);
 // Moves out the records of the current session's finished work. Once
 // profiling is stopped, this also closes the session: work of it that
 // finishes later is dropped, so nothing is kept while profiling is off.
