@@ -2,6 +2,7 @@
 Qwen3-style model, neuron against CPU eager.
 
     python benchmarks/train.py [--quick] [--steps N] [--batch B] [--seq L] [--only CASE ...] [--rounds R]
+                               [--profile K]
 
 Cases (each in its own fresh process, see fresh_process.py; CPU runs as plain
 PyTorch without the neuron backend):
@@ -19,6 +20,10 @@ steps (the device synchronized at each step's end), tokens per second, the
 first step's time (a compiled case compiles there), peak device memory, and
 the ratios neuron / CPU eager (target >= 1.0x) and compiled / neuron eager
 (target >= 1.3x).
+
+`--profile K` also runs the first timed step of each case under torch.profiler
+and prints its K ops (or, compiled, program steps) with the most device time
+(neuron cases) or CPU time (CPU cases); docs/profiling.md.
 """
 import argparse
 import json
@@ -57,7 +62,22 @@ def tokenizer(vocab_size):
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="t0", eos_token="t1")
 
 
-def measure(case, steps, batch, seq, quick):
+def profile_table(prof, device_type, rows):
+    from torch.autograd import DeviceType
+
+    if device_type == "cpu":
+        return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=70)
+    # The device's intervals only: eager ops, or a compiled program's steps.
+    device = [e for e in prof.key_averages() if e.device_type == DeviceType.PrivateUse1 and not e.is_user_annotation]
+    total = sum(e.self_device_time_total for e in device) or 1
+    lines = [f"{'device ms':>10} {'share':>6} {'calls':>6}  op or program step"]
+    for e in sorted(device, key=lambda e: -e.self_device_time_total)[:rows]:
+        lines.append(f"{e.self_device_time_total / 1e3:10.2f} {e.self_device_time_total / total:6.1%} {e.count:6d}  {e.key}")
+    lines.append(f"{total / 1e3:10.2f} total device time of the step")
+    return "\n".join(lines)
+
+
+def measure(case, steps, batch, seq, quick, profile_rows=0):
     import datasets
     import torch
     from transformers import Qwen3ForCausalLM, TrainerCallback
@@ -78,15 +98,25 @@ def measure(case, steps, batch, seq, quick):
             torch.neuron.synchronize()
 
     times = []
+    profiled = {}
 
     class StepTimes(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             sync()
+            if profile_rows and len(times) == WARMUP:
+                from torch.profiler import ProfilerActivity, profile
+
+                activities = [ProfilerActivity.CPU] + ([ProfilerActivity.PrivateUse1] if device_type == "neuron" else [])
+                profiled["session"] = profile(activities=activities)
+                profiled["session"].__enter__()
             self.start = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
             sync()
             times.append(time.perf_counter() - self.start)
+            if "session" in profiled and "table" not in profiled:
+                profiled["session"].__exit__(None, None, None)
+                profiled["table"] = profile_table(profiled["session"], device_type, profile_rows)
 
     args = SFTConfig(output_dir=os.path.join(os.environ.get("TMPDIR", "/tmp"), f"train-bench-{case}"),
                      max_steps=WARMUP + steps, per_device_train_batch_size=batch, bf16=bf16,
@@ -97,7 +127,9 @@ def measure(case, steps, batch, seq, quick):
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer(config.vocab_size),
                          callbacks=[StepTimes()])
     trainer.train()
-    step = statistics.median(times[WARMUP:])
+    # The profiled step is slower: keep it out of the timing when others are left.
+    timed = times[WARMUP + 1:] if profile_rows and len(times) > WARMUP + 1 else times[WARMUP:]
+    step = statistics.median(timed)
     peak = torch.neuron.max_memory_allocated() if device_type == "neuron" else 0
     graphs = {}
     if compiled:  # how the compiled graphs ran: as programs, or eagerly and why
@@ -111,7 +143,7 @@ def measure(case, steps, batch, seq, quick):
                 graphs[how] = graphs.get(how, 0) + 1
     return {"params": sum(p.numel() for p in model.parameters()), "first": times[0], "step": step,
             "tokens_per_second": batch * seq / step, "peak": peak, "threads": torch.get_num_threads(),
-            "graphs": graphs}
+            "graphs": graphs, "profile": profiled.get("table")}
 
 
 def main():
@@ -122,17 +154,20 @@ def main():
     p.add_argument("--only", nargs="+", choices=CASES, default=list(CASES))
     p.add_argument("--rounds", type=int, default=1, help="measure each case this many times, keep the fastest")
     p.add_argument("--quick", action="store_true", help="a small model, to check the script")
+    p.add_argument("--profile", type=int, default=0, metavar="K",
+                   help="profile the first timed step and print its K costliest ops or program steps")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(measure(args.child, args.steps, args.batch, args.seq, args.quick)))
+        print(json.dumps(measure(args.child, args.steps, args.batch, args.seq, args.quick, args.profile)))
         return
     import torch
 
     print(f"torch {torch.__version__}; each case in its own fresh process; batch {args.batch} x {args.seq} "
           f"tokens, {WARMUP} warm-up + {args.steps} timed steps", flush=True)
     print(isa_line(), flush=True)
-    extra = ["--steps", args.steps, "--batch", args.batch, "--seq", args.seq] + (["--quick"] if args.quick else [])
+    extra = (["--steps", args.steps, "--batch", args.batch, "--seq", args.seq, "--profile", args.profile]
+             + (["--quick"] if args.quick else []))
     results = {}
     for _ in range(args.rounds):
         for case in args.only:
@@ -144,6 +179,8 @@ def main():
                   f"{r['params'] / 1e6:.0f}M parameters, {r['threads']} threads", flush=True)
             if r["graphs"]:
                 print(f"    compiled graphs: " + ", ".join(f"{n} {how}" for how, n in r["graphs"].items()), flush=True)
+            if r["profile"]:
+                print("    " + r["profile"].replace("\n", "\n    "), flush=True)
     if args.rounds > 1:
         print(f"fastest of {args.rounds} rounds per case")
 
