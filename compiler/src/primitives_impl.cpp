@@ -203,9 +203,18 @@ void unary(TileOp op, DType dtype, const float* a, float* d, int64_t n) {
     case TileOp::kErf: return map1(a, d, n, erf_poly);
     case TileOp::kLogicalNot: return map1(a, d, n, [](float x) { return x == 0.f ? 1.f : 0.f; });
     case TileOp::kRoundTo:
-      if (dtype == DType::kBFloat16) return map1(a, d, n, [](float x) { return bf16_to_float(float_to_bf16(x)); });
-      for (int64_t i = 0; i < n; ++i) d[i] = round_to(dtype, a[i]);
-      return;
+      // One loop per type: a switch per element kept the loop scalar (3x
+      // slower than eager for comparisons stored as bool).
+      switch (dtype) {
+        case DType::kBFloat16: return map1(a, d, n, [](float x) { return round_to(DType::kBFloat16, x); });
+        case DType::kFloat16: return map1(a, d, n, [](float x) { return round_to(DType::kFloat16, x); });
+        case DType::kBool: return map1(a, d, n, [](float x) { return round_to(DType::kBool, x); });
+        case DType::kInt64:
+        case DType::kInt32: return map1(a, d, n, [](float x) { return round_to(DType::kInt32, x); });
+        case DType::kInt8: return map1(a, d, n, [](float x) { return round_to(DType::kInt8, x); });
+        case DType::kUInt8: return map1(a, d, n, [](float x) { return round_to(DType::kUInt8, x); });
+        default: return map1(a, d, n, [](float x) { return x; });
+      }
     default: return;
   }
 }
@@ -255,10 +264,33 @@ double sum(const float* a, int64_t n) {
   return total;
 }
 
+// One vector of lane maxima and a vector of NaN flags (GCC vector extensions:
+// the loop with a NaN check per element stayed scalar and ran 10x slower than
+// ATen's amax over rows of 32000). Any NaN makes the result NaN, as in eager.
 float max(const float* a, int64_t n) {
-  float acc = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) acc = (a[i] > acc || a[i] != a[i]) && acc == acc ? a[i] : acc;
-  return acc;
+  using Floats = float __attribute__((vector_size(NK_VEC_LANES * sizeof(float))));
+  using Flags = int32_t __attribute__((vector_size(NK_VEC_LANES * sizeof(float))));
+  constexpr float kLow = -std::numeric_limits<float>::infinity();
+  Floats acc = Floats{} + kLow;
+  Flags nan = {};
+  int64_t i = 0;
+  for (; i + NK_VEC_LANES <= n; i += NK_VEC_LANES) {
+    Floats x;
+    std::memcpy(&x, a + i, sizeof x);
+    acc = x > acc ? x : acc;
+    nan |= x != x;
+  }
+  float m = kLow;
+  bool any_nan = false;
+  for (int j = 0; j < NK_VEC_LANES; ++j) {
+    m = acc[j] > m ? acc[j] : m;
+    any_nan |= nan[j] != 0;
+  }
+  for (; i < n; ++i) {
+    m = a[i] > m ? a[i] : m;
+    any_nan |= a[i] != a[i];
+  }
+  return any_nan ? std::numeric_limits<float>::quiet_NaN() : m;
 }
 
 }  // namespace

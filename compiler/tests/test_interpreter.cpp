@@ -91,6 +91,35 @@ TEST_P(EveryFloatType, TrailingReductions) {
   }
 }
 
+TEST(Interpreter, MaxReductionPropagatesNaNFromAnyPosition) {
+  // Rows of 2300: NaN in a vector lane, in the last partial chunk's tail, in a
+  // later tile; a row of -inf; a row of ordinary values with its maximum last.
+  constexpr int64_t kRows = 5, kInner = 2300;
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {kRows, kInner});
+  const int32_t m = b.node("aten::amax.default", {T(x), Arg::int_list({1}), Arg::boolean(false)}, DType::kFloat32, {kRows});
+  b.output(m);
+  const Program p = compile_graph(b.build());
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> in(kRows * kInner);
+  for (int64_t i = 0; i < kRows * kInner; ++i) in[i] = static_cast<float>((i * 7919) % 1000) / 10.0f - 50.0f;
+  in[0 * kInner + 17] = nan;
+  in[1 * kInner + kInner - 1] = nan;
+  in[2 * kInner + 1500] = nan;
+  for (int64_t i = 0; i < kInner; ++i) in[3 * kInner + i] = -inf;
+  in[4 * kInner + kInner - 1] = 1000.0f;
+  float out[kRows];
+  AlignedBytes arena(p.arena_bytes);
+  RunBuffers buf{{in.data()}, {out}, arena.data()};
+  TestExterns none;
+  run_program(p, buf, none);
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_TRUE(std::isnan(out[1]));
+  EXPECT_TRUE(std::isnan(out[2]));
+  EXPECT_EQ(out[3], -inf);
+  EXPECT_EQ(out[4], 1000.0f);
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, EveryFloatType,
                          ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
