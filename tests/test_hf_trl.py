@@ -286,4 +286,58 @@ def test_sft_torch_compile_with_default_gradient_checkpointing_matches_eager(tmp
     programs = [p for r in torchneuron.compile_metrics() for p in r["programs"].values()]
     assert any(p.get("executor") == "compiler" for p in programs), programs
     assert all(p.get("executor") == "compiler" for p in programs), [p["reason"] for p in programs]
+    # TRL's fused LM head compiled with the model (adaptation 16): its backward's
+    # float32 accumulation of bfloat16 tiles is the mixed-precision GEMM.
+    assert any("aten::addmm.dtype" in p.get("extern_ops", {}) for p in programs), programs
     torch.testing.assert_close(compiled, eager, **BF16_TOL)
+
+
+def _fused_lm_head_loss(head, device_type, hidden, weight, targets):
+    with torch.autocast(device_type, dtype=torch.bfloat16):
+        log_probs, entropy, _, _, top1 = head.apply(hidden, weight, None, targets, 1.0, 32768, None, 1.0,
+                                                    ("log_probs", "entropy", "is_top1"))
+    return -log_probs.mean(), entropy.detach().mean(), top1.sum()
+
+
+def test_fused_lm_head_compiles_into_one_graph_on_neuron():
+    """hf_integration adaptation 16: TRL's `ChunkedLogProbFunction` (every trainer's
+    LM head and loss) breaks Dynamo's graph with its non-contiguous `out=` tile, so
+    the whole function ran eagerly under torch.compile. Adapted, it is one graph with
+    its backward, equal to the eager function on neuron and to CPU. Fails if a TRL
+    upgrade makes the function traceable (the adaptation is then unnecessary)."""
+    import functools
+
+    import trl.trainer.utils as trl_utils
+
+    adapted = trl_utils._ChunkedLogProbFunction
+    original = adapted.function
+    g = torch.Generator().manual_seed(0)
+    hidden, weight = torch.randn(64, 32, generator=g), torch.randn(500, 32, generator=g)
+    targets = torch.randint(0, 500, (64,), generator=g)
+
+    def on(device):
+        return [t.to(device).requires_grad_(t.is_floating_point()) for t in (hidden, weight, targets)]
+
+    torch._dynamo.reset()
+    breaks = torch._dynamo.explain(functools.partial(_fused_lm_head_loss, original, "neuron"))(*on("neuron"))
+    assert breaks.graph_break_count > 0 and "out=" in str(breaks.break_reasons), breaks.break_reasons
+    whole = torch._dynamo.explain(functools.partial(_fused_lm_head_loss, adapted, "neuron"))(*on("neuron"))
+    assert whole.graph_break_count == 0 and whole.graph_count == 1, whole.break_reasons
+
+    torch._dynamo.reset()
+    compiled = torch.compile(functools.partial(_fused_lm_head_loss, adapted, "neuron"), backend="neuron")
+    results = {}
+    for name, device, fn in (("compiled", "neuron", compiled),
+                             ("eager", "neuron", functools.partial(_fused_lm_head_loss, original, "neuron")),
+                             ("cpu", "cpu", functools.partial(_fused_lm_head_loss, original, "cpu"))):
+        h, w, t = on(device)
+        loss, entropy, top1 = fn(h, w, t)
+        loss.backward()
+        results[name] = [x.detach().cpu() for x in (loss, entropy, top1, h.grad, w.grad)]
+    for reference in ("eager", "cpu"):
+        for got, want in zip(results["compiled"], results[reference]):
+            torch.testing.assert_close(got, want, **BF16_TOL)
+    programs = torchneuron.compile_metrics()[-1]["programs"]
+    assert set(programs) == {"forward", "backward"}
+    assert all(p["executor"] == "compiler" for p in programs.values()), programs
+    assert "aten::addmm.dtype" in programs["backward"]["extern_ops"], programs["backward"]["extern_ops"]

@@ -442,3 +442,52 @@ def test_float32_library_follows_the_cpu_and_the_setting(run_python):
     bad = run_python(_FIRST_PRODUCT_THEN_ANOTHER_OP, {"TORCHNEURON_FLOAT32_GEMM": "mkl"})
     assert "TORCHNEURON_FLOAT32_GEMM='mkl'" in bad.stdout and "onednn or aten" in bad.stdout, bad.stdout
     assert bad.stdout.strip().splitlines()[-1] == str(64 * 64 * 2.0)
+
+
+# c's type is what the operands are cast to: float32, or float64 for the exact result.
+def _upcast_addmm(c, a, b):
+    return torch.addmm(c, a.to(c.dtype), b.to(c.dtype), beta=0.5, alpha=2.0)
+
+
+def _upcast_mm_transposed(c, a, b):
+    return a.t().to(c.dtype) @ b[: a.shape[0]].to(c.dtype)
+
+
+def _upcast_accumulate(c, a, b):
+    # TRL's fused LM head: acc.addmm_(a.float(), b.float()) into zeros.
+    acc = torch.zeros(a.shape[0], b.shape[1], device=a.device, dtype=c.dtype)
+    acc.addmm_(a.to(c.dtype), b.to(c.dtype))
+    return acc
+
+
+def _upcast_mm_cast_kept(c, a, b):
+    af = a.to(c.dtype)
+    return af @ b.to(c.dtype), af
+
+
+@pytest.mark.parametrize("fn", [_upcast_addmm, _upcast_mm_transposed, _upcast_accumulate, _upcast_mm_cast_kept],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_compiled_product_of_upcast_bfloat16_is_one_mixed_precision_gemm(fn):
+    # Products of bfloat16 operands cast to float32 compile to ATen's
+    # addmm.dtype / mm.dtype (the pattern pass): MKL's bfloat16 GEMM with
+    # float32 accumulation at avx512_bf16, the casts and a float32 GEMM below.
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(96, 300, generator=g).bfloat16()
+    b = torch.randn(300, 70, generator=g).bfloat16()
+    c = torch.randn(70, generator=g)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="neuron")
+    got = compiled(c.to(D), a.to(D), b.to(D))
+    got = got if isinstance(got, tuple) else (got,)
+    cpu = fn(c, a, b)
+    cpu = cpu if isinstance(cpu, tuple) else (cpu,)
+    exact = fn(c.double(), a, b)
+    exact = exact if isinstance(exact, tuple) else (exact,)
+    for x, y, z in zip(got, cpu, exact):
+        assert_as_close_as_cpu(x.cpu(), y, z)
+    (record,) = torchneuron.compile_metrics()[-1:]
+    (program,) = record["programs"].values()
+    assert program["executor"] == "compiler"
+    externs = program["extern_ops"]
+    assert sum(n for op, n in externs.items() if op in ("aten::addmm.dtype", "aten::mm.dtype")) == 1, externs
+    assert not any(op in ("aten::addmm.default", "aten::mm.default") for op in externs), externs

@@ -75,6 +75,8 @@ Program compile_graph(const Graph& graph, CompileReport* report) {
     } else {
       step.kind = Step::Kind::kExtern;
       step.node = g.nodes[ss.node];
+      step.graph_nodes = step.node.replaces;  // more than 1 for a pattern's library call
+      step.node.replaces = 1;
       ++rep.extern_calls;
       rep.library_calls += is_library_call(step.node.op);
     }

@@ -288,6 +288,48 @@ bool match_rope(PatternGraph& pg, size_t cat_node) {
   return true;
 }
 
+// ---- matrix products of upcast 16-bit operands --------------------------------
+
+constexpr int64_t kTorchFloat32 = 6;  // c10::ScalarType::Float, as the graph passes dtypes
+
+// mm(a.float(), b.float()) and addmm(c, a.float(), b.float()) of bfloat16 a and
+// b (TRL's fused LM head accumulates its gradients so, to keep them out of
+// bfloat16): a product of two bfloat16 values is exact in float32, so the
+// library's bfloat16 GEMM with float32 accumulation sums the same products
+// without materializing the float32 copies (ATen's mm.dtype / addmm.dtype with
+// out_dtype float32; the extern call falls back to the casts and a float32 GEMM
+// where the CPU has no bfloat16 GEMM). The casts go when nothing else reads them.
+bool match_upcast_matmul(PatternGraph& pg, size_t i) {
+  const Node& n = pg.node(i);
+  const bool mm = n.op == "aten::mm.default", addmm = n.op == "aten::addmm.default";
+  if ((!mm && !addmm) || n.outputs.size() != 1 || n.outputs[0] < 0) return false;
+  const Graph& g = pg.graph();
+  if (g.value(n.outputs[0]).layout.dtype != DType::kFloat32) return false;
+  const size_t first = mm ? 0 : 1;
+  if (n.args.size() < first + 2 || (addmm && !pg.is_tensor(n.args[0]))) return false;
+  std::vector<size_t> removed{i};
+  Arg sources[2];
+  for (size_t k = 0; k < 2; ++k) {
+    const Arg& operand = n.args[first + k];
+    if (!pg.is_tensor(operand)) return false;
+    const std::optional<size_t> cast = pg.producer(pg.id(operand));
+    if (!cast || !pg.is_plain_cast(*cast)) return false;
+    const Arg& source = pg.node(*cast).args[0];
+    if (g.value(pg.id(source)).layout.dtype != DType::kBFloat16) return false;
+    sources[k] = source;
+    if (pg.only_read_by(pg.id(operand), {i}) && std::find(removed.begin(), removed.end(), *cast) == removed.end()) {
+      removed.push_back(*cast);
+    }
+  }
+  Node upcast = mm ? Node{"aten::mm.dtype", {sources[0], sources[1], Arg::integer(kTorchFloat32)}, n.outputs}
+                   : Node{"aten::addmm.dtype",
+                          {n.args[0], sources[0], sources[1], Arg::integer(kTorchFloat32),
+                           n.args.size() > 3 ? n.args[3] : Arg::integer(1), n.args.size() > 4 ? n.args[4] : Arg::integer(1)},
+                          n.outputs};
+  pg.replace(removed, i, std::move(upcast));
+  return true;
+}
+
 // ---- scalar constants -------------------------------------------------------
 
 // v rounded to t, as a 0-dim tensor of type t holds it.
@@ -343,6 +385,8 @@ PatternReport rewrite_patterns(Graph& g) {
       ++report.norms;
     } else if (match_rope(pg, i)) {
       ++report.rope;
+    } else if (match_upcast_matmul(pg, i)) {
+      ++report.upcast_matmuls;
     }
   }
   report.replaced_nodes = pg.replaced_nodes();

@@ -241,7 +241,7 @@ int Program::library_calls() const {
 
 bool is_library_call(std::string_view op) {
   return op == "aten::mm.default" || op == "aten::addmm.default" || op == "aten::bmm.default" ||
-         op == "aten::baddbmm.default";
+         op == "aten::baddbmm.default" || op == "aten::mm.dtype" || op == "aten::addmm.dtype";
 }
 
 std::string Program::describe() const {

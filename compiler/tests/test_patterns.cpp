@@ -287,3 +287,64 @@ TEST(Patterns, ScalarConstantsBecomeImmediatesOfTheirGroup) {
   const std::vector<double> got = r.output(0);
   for (size_t e = 0; e < 16; ++e) EXPECT_EQ(got[e], m[e] ? 0.0 : -INFINITY) << e;
 }
+
+namespace {
+
+const Step* extern_step(const Program& p, std::string_view op) {
+  for (const Step& s : p.steps) {
+    if (s.kind == Step::Kind::kExtern && s.node.op == op) return &s;
+  }
+  return nullptr;
+}
+
+// addmm(c, a.float(), b.t().float()) (or mm without c) of bfloat16 a [8, 16]
+// and b [4, 16] read transposed; `keep_cast` also outputs a's cast.
+Graph upcast_matmul_graph(bool addmm, bool keep_cast, DType source = DType::kBFloat16) {
+  GraphBuilder b;
+  const int32_t a = b.input(source, {8, 16});
+  const int32_t bt = b.input(source, {4, 16});
+  const int32_t c = b.input(DType::kFloat32, {4});
+  const int32_t b_view = b.view(bt, {16, 4}, {1, 16});
+  const int32_t af = cast(b, a, DType::kFloat32, kF32, {8, 16});
+  const int32_t bf = cast(b, b_view, DType::kFloat32, kF32, {16, 4});
+  const int32_t y = addmm ? b.node("aten::addmm.default", {T(c), T(af), T(bf), F(0.5), F(2.0)}, DType::kFloat32, {8, 4})
+                          : b.node("aten::mm.default", {T(af), T(bf)}, DType::kFloat32, {8, 4});
+  b.output(y);
+  if (keep_cast) b.output(af);
+  return b.build();
+}
+
+}  // namespace
+
+TEST(Patterns, MatrixProductsOfUpcastBfloat16AreOneMixedPrecisionGemm) {
+  for (bool addmm : {false, true}) {
+    SCOPED_TRACE(addmm ? "addmm" : "mm");
+    CompileReport rep;
+    const Program p = compile_graph(upcast_matmul_graph(addmm, false), &rep);
+    const Step* s = extern_step(p, addmm ? "aten::addmm.dtype" : "aten::mm.dtype");
+    ASSERT_NE(s, nullptr) << p.describe();
+    EXPECT_EQ(p.steps.size(), 1u) << p.describe();  // the casts are gone
+    EXPECT_EQ(s->graph_nodes, 3);
+    EXPECT_EQ(rep.library_calls, 1);
+    // Reads the bfloat16 inputs (b through its transposed view), float32 out.
+    const size_t first = addmm ? 1 : 0;
+    EXPECT_EQ(p.values[s->node.args[first].i].layout.dtype, DType::kBFloat16);
+    EXPECT_EQ(p.values[s->node.args[first + 1].i].layout.strides, (std::vector<int64_t>{1, 16}));
+    EXPECT_EQ(s->node.args[first + 2].i, kF32);
+    if (addmm) {
+      EXPECT_EQ(s->node.args[4].scalar(), 0.5);
+      EXPECT_EQ(s->node.args[5].scalar(), 2.0);
+    }
+    EXPECT_EQ(Program::deserialize(p.serialize()), p);
+  }
+}
+
+TEST(Patterns, AnUpcastReadElsewhereStaysAndOtherTypesAreNotRewritten) {
+  const Program kept = compile_graph(upcast_matmul_graph(true, true));
+  EXPECT_NE(extern_step(kept, "aten::addmm.dtype"), nullptr) << kept.describe();
+  EXPECT_EQ(kept.steps.size(), 2u) << kept.describe();  // a's cast, an output, still runs
+  // float16 operands keep their casts and the float32 product.
+  const Program half = compile_graph(upcast_matmul_graph(true, false, DType::kFloat16));
+  EXPECT_EQ(extern_step(half, "aten::addmm.dtype"), nullptr) << half.describe();
+  EXPECT_NE(extern_step(half, "aten::addmm.default"), nullptr) << half.describe();
+}

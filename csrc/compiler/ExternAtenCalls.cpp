@@ -13,6 +13,7 @@
 #include "csrc/aten/OpPlan.h"
 #include "csrc/aten/native/Compat.h"
 #include "csrc/aten/native/Matmul.h"
+#include "csrc/aten/native/UpcastGemm.h"
 #include "csrc/runtime/WorkerThreads.h"
 
 namespace torchneuron {
@@ -187,6 +188,29 @@ bool ExternAtenCalls::run_onednn_gemm(const nc::Program& p, const nc::Step& step
   return true;
 }
 
+// mm.dtype / addmm.dtype with out_dtype float32 (the pattern pass's product
+// of bfloat16 operands cast to float32): the mixed-precision GEMM, straight
+// into the planned output buffer. ATen has no CPU kernel for these overloads.
+bool ExternAtenCalls::run_upcast_gemm(const nc::Program& p, const nc::Step& step, const ProgramStorages& storages) {
+  const bool mm = step.node.op == "aten::mm.dtype", addmm = step.node.op == "aten::addmm.dtype";
+  if ((!mm && !addmm) || step.node.outputs.size() != 1 || step.node.outputs[0] < 0) return false;
+  const auto& a = step.node.args;
+  const size_t xi = mm ? 0 : 1;
+  auto scalar = [&](size_t i) { return i < a.size() && a[i].is_scalar() ? static_cast<float>(a[i].scalar()) : 1.0f; };
+  const float beta = addmm ? scalar(4) : 0.0f, alpha = addmm ? scalar(5) : 1.0f;
+  const at::Tensor x = cpu_alias(value_tensor(p, storages, static_cast<int32_t>(a[xi].i)));
+  const at::Tensor w = cpu_alias(value_tensor(p, storages, static_cast<int32_t>(a[xi + 1].i)));
+  const at::Tensor y = cpu_alias(value_tensor(p, storages, step.node.outputs[0]));
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16 && y.scalar_type() == at::kFloat &&
+                  y.dim() == 2 && y.stride(1) == 1,
+              "[neuron] compiled graph: ", step.node.op, " takes bfloat16 operands and a float32 row-major output, got ",
+              x.scalar_type(), ", ", w.scalar_type(), " and ", y.scalar_type());
+  const at::Tensor c = addmm && beta != 0.0f ? cpu_alias(value_tensor(p, storages, static_cast<int32_t>(a[0].i)))
+                                             : at::Tensor();
+  native::upcast_addmm_here(x, w, y, c.defined() ? &c : nullptr, beta, alpha);
+  return true;
+}
+
 // slice_scatter and select_scatter (what AOTAutograd makes of a slice's or a
 // select's backward, e.g. the rotary embedding's halves) have no structured
 // out= overload: their functional kernels clone `self` into a fresh tensor,
@@ -303,7 +327,7 @@ ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()
     // its spinning helpers then took the core the device's threads needed.
     const OpPlan& plan = plan_for(*op);
     const std::string base = name;
-    r.matrix = plan.matrix_work || base.find("conv") != std::string::npos ||
+    r.matrix = plan.matrix_work || base == "aten::mm" || base == "aten::addmm" || base.find("conv") != std::string::npos ||
                base.find("attention") != std::string::npos;
     using WorkSize = OpPlan::WorkSize;
     if (plan.work_size != WorkSize::kOutputs) {
@@ -356,6 +380,7 @@ void ExternAtenCalls::run(const Resolved& r, const nc::Program& p, const nc::Ste
   }
   if (run_skinny_matmul(p, step, storages)) return;
   if (run_onednn_gemm(p, step, storages)) return;
+  if (run_upcast_gemm(p, step, storages)) return;
   if (run_scatter_into_view(p, step, storages)) return;
   if (run_embedding_backward_into(p, step, storages)) return;
   const auto& schema = r.op.schema();

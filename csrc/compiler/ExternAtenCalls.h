@@ -65,6 +65,8 @@ class ExternAtenCalls {
                                 const ProgramStorages& storages);
   static bool run_onednn_gemm(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
                               const ProgramStorages& storages);
+  static bool run_upcast_gemm(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
+                              const ProgramStorages& storages);
   static bool run_scatter_into_view(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
                                     const ProgramStorages& storages);
   static bool run_embedding_backward_into(const neuroncompiler::Program& program, const neuroncompiler::Step& step,

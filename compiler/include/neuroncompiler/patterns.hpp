@@ -9,7 +9,10 @@
 //  - the Llama family's rotary embedding x * cos + cat(-x2, x1) * sin: one
 //    pass of the rotary kernel;
 //  - scalar_tensor constants read only by pointwise nodes: immediates of
-//    those nodes' tiles.
+//    those nodes' tiles;
+//  - mm / addmm of bfloat16 operands cast to float32: ATen's mm.dtype /
+//    addmm.dtype (out_dtype float32) of the bfloat16 operands, one
+//    mixed-precision GEMM (an extern call, csrc/aten/native/UpcastGemm.h).
 // A subgraph is replaced only when its intermediate values are read by
 // nothing else, are not graph outputs, and the kernels take its layouts and
 // types; otherwise its nodes stay as they are (fused groups, extern calls).
@@ -21,6 +24,7 @@ namespace neuroncompiler {
 
 struct PatternReport {
   int attention = 0, norms = 0, rope = 0;
+  int upcast_matmuls = 0;  // mm / addmm of bfloat16 operands cast to float32: one mixed-precision GEMM
   int folded = 0;          // scalar_tensor constants folded into their pointwise readers
   int replaced_nodes = 0;  // graph nodes now inside native ops
 };

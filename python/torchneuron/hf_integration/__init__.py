@@ -29,6 +29,7 @@ of each and the library version it was checked against):
 | 13 | TRL's trainer configs: `pad_to_multiple_of="auto"` pads nothing on neuron | `_trl.py` |
 | 14 | JetMoe's router and experts: compiled without recompiling when the routing changes | `_transformers_models.py` |
 | 15 | `transformers.generation.utils.DeferredStopCheck`: decoding reads its stop flag one step late | `_transformers_generation.py` |
+| 16 | `trl.trainer.utils._ChunkedLogProbFunction`: TRL's fused LM head compiles into the model's graphs | `_trl.py` |
 
 1-4, 8, 10 and 11 wrap the original and defer to it unchanged unless `neuron` is
 PyTorch's current accelerator, i.e.
@@ -36,7 +37,8 @@ PyTorch's current accelerator, i.e.
 on models placed on a neuron device, 6 and 9 only on tensors on a neuron
 device, 12 only when asked for a neuron device, 13 only to TRL configs whose
 device is neuron, 14 only while Dynamo traces tensors on a neuron device, 15
-only to decoding loops whose inputs are on a neuron device.
+only to decoding loops whose inputs are on a neuron device, 16 only while Dynamo
+traces tensors on a neuron device.
 Otherwise TRL's trainers are Transformers' Trainer (8, 10) and its LoRA
 support is PEFT's (11, 12).
 

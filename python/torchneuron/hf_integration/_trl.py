@@ -1,4 +1,4 @@
-"""TRL adaptation (13). Checked against trl 1.16.0.
+"""TRL adaptations (13, 16). Checked against trl 1.16.0.
 
 13. `pad_to_multiple_of="auto"` of TRL's trainer configs (`SFTConfig`,
    `DPOConfig`, `KTOConfig`, `RewardConfig`, `GRPOConfig`, `RLOOConfig`,
@@ -13,8 +13,26 @@
    device, the wrapper resolves it as TRL does on the other devices: None.
    With `torch_compile=True` TRL's 128 stays, for the reason TRL gives (the
    backend "neuron" compiles static shapes). An explicit value is kept.
+
+16. `trl.trainer.utils._ChunkedLogProbFunction` (TRL's fused LM head: the
+   per-token log-probabilities, entropy and top-1 flags of every trainer's
+   loss, `add_fused_lm_head`)
+   Dynamo cannot trace its forward: it writes each vocabulary tile with
+   `torch.mm(..., out=tile)` into a slice of a wider buffer, and Dynamo refuses
+   a non-contiguous `out=` (a graph break); inside its loops that break makes
+   Dynamo skip the whole function. So under `torch_compile=True` the LM head,
+   the loss and their backward ran eagerly between compiled graphs: in the
+   SFT benchmark (benchmarks/train.py, a 32000-token vocabulary) a sixth of
+   the step's device time. While Dynamo traces tensors on a neuron device, the
+   wrapper calls the function through `torch._dynamo.allow_in_graph`:
+   AOTAutograd then traces its forward and its own backward as they run
+   (functionalized, loops unrolled), so they compile into the model's graphs
+   with TRL's arithmetic unchanged. Elsewhere, and always eagerly, the
+   original `apply` runs (on CUDA and XPU it launches Triton kernels, which
+   cannot be traced this way).
 """
 import functools
+import types
 
 from ._common import PATCHED_ATTR, classes_to_adapt, neuron_is_accelerator
 
@@ -51,4 +69,21 @@ def _patch_config(module):
     setattr(cls, PATCHED_ATTR, True)
 
 
+def _wrap_chunked_logprob(function, module):
+    import torch
+
+    @torch._dynamo.allow_in_graph
+    def chunked_logprob_in_graph(*args):
+        return function.apply(*args)
+
+    def apply(hidden, *args):
+        if torch.compiler.is_compiling() and hidden.device.type == "neuron":
+            return chunked_logprob_in_graph(hidden, *args)
+        return function.apply(hidden, *args)
+
+    # Callers use only `.apply` (an autograd.Function's entry point).
+    return types.SimpleNamespace(apply=apply, function=function)
+
+
 CLASS_PATCHES = {module: [_patch_config] for module in _CONFIGS}
+TARGETS = {"trl.trainer.utils": [("_ChunkedLogProbFunction", _wrap_chunked_logprob)]}
