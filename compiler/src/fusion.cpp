@@ -42,9 +42,12 @@ Schedule fuse(const Graph& g) {
     const std::vector<int32_t> args = tensor_args(n);
     const bool copy_into = n.op == kCopyInto;
     // Groups that read a buffer this node overwrites must run before it.
+    // So must the group writing that buffer (an intermediate that a scatter
+    // writes into in place, reinplace.hpp): nothing may join it afterwards.
     if (writes_first_argument(n)) {
       const int32_t dst = g.root(static_cast<int32_t>(n.args[0].i));
       for (auto& st : state) if (st.open && st.loaded.count(dst)) st.open = false;
+      seal(group_of_value[dst]);
     }
     const auto reduction = as_last_dim_reduction(g, n);
     const bool fusable = reduction.has_value() || is_pointwise(g, n);

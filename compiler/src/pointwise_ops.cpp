@@ -82,6 +82,7 @@ const std::unordered_map<std::string_view, Entry>& table() {
       {"aten::addcmul.default", {Form::kAddcmul}},
       {"aten::addcdiv.default", {Form::kAddcdiv}},
       {"aten::full.default", {Form::kFull}},
+      {"aten::full_like.default", {Form::kFull}},  // its first argument gives only the shape: not read
   };
   return kTable;
 }
@@ -113,7 +114,8 @@ bool is_pointwise(const Graph& g, const Node& n) {
   if (copy_into ? !n.outputs.empty() : (n.outputs.size() != 1 || n.outputs[0] < 0)) return false;
   const Value& out = g.value(copy_into ? static_cast<int32_t>(n.args[0].i) : n.outputs[0]);
   if (!is_tile_storable(out.layout.dtype)) return false;
-  // copy_ and copy read their source second; full's value follows its size.
+  // copy_ and copy read their source second; full's value follows its size
+  // (full_like's its template tensor).
   const int first = copy_into || n.op == "aten::copy.default" || e->form == Form::kFull ? 1 : 0;
   if (n.op == "aten::bitwise_not.default" &&
       (n.args[0].kind != Arg::Kind::kTensor || g.value(static_cast<int32_t>(n.args[0].i)).layout.dtype != DType::kBool)) {

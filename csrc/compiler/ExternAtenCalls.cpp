@@ -1,6 +1,8 @@
 #include "csrc/compiler/ExternAtenCalls.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
 
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/List.h>
@@ -378,6 +380,12 @@ void ExternAtenCalls::run(const Resolved& r, const nc::Program& p, const nc::Ste
     dst.copy_(src);
     return;
   }
+  // An uninitialized tensor is its planned buffer as it is: ATen's CPU kernel
+  // would allocate (and fault in) fresh memory only to have it copied there.
+  static const std::set<std::string> kEmpty = {"aten::empty.memory_format", "aten::empty_strided.default",
+                                               "aten::empty_like.default", "aten::new_empty.default",
+                                               "aten::new_empty_strided.default"};
+  if (kEmpty.count(step.node.op) != 0) return;
   if (run_skinny_matmul(p, step, storages)) return;
   if (run_onednn_gemm(p, step, storages)) return;
   if (run_upcast_gemm(p, step, storages)) return;

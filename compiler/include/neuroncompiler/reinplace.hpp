@@ -5,6 +5,10 @@
 // nothing else writes it, the op runs in place on the input instead (its
 // in-place ATen variant), its result becomes a view of the input and the copy
 // back disappears: a decode step no longer copies every cache twice.
+// Likewise slice_scatter / select_scatter into an intermediate that nothing
+// reads afterwards: `src` is copied into the slice of `self` in place (a
+// kCopyInto into a view of it) and the result views `self`, instead of a copy
+// of all of `self` with the slice replaced.
 #pragma once
 
 #include "neuroncompiler/ir.hpp"
