@@ -1,5 +1,6 @@
 #include "neuroncompiler/tile_lowering.hpp"
 
+#include <algorithm>
 #include <map>
 
 #include "neuroncompiler/pointwise_ops.hpp"
@@ -16,6 +17,39 @@ std::vector<int64_t> broadcast_strides(const Layout& layout, const std::vector<i
     else if (layout.sizes[k] != 1) throw CompileError("tile lowering: a value does not broadcast to its group's shape");
   }
   return out;
+}
+
+// Without a reduction, iterates in the memory order of the group's first
+// store (its smallest stride innermost) where that differs from the logical
+// order: a cast of x.t() keeps x's strides, and in logical order each tile
+// read and wrote one element per row of x (55 ms instead of 5 for a
+// 32000 x 510 float32 result).
+void order_dimensions(TileProgram& p) {
+  if (p.reduce != ReduceKind::kNone || p.shape.size() < 2) return;
+  int32_t store = -1;
+  for (const TileInstr& in : p.instrs) {
+    if (in.op == TileOp::kStore) {
+      store = in.operand;
+      break;
+    }
+  }
+  if (store < 0) return;
+  const std::vector<int64_t>& key = p.operands[store].strides;
+  std::vector<size_t> order;
+  for (size_t d = 0; d < p.shape.size(); ++d) {
+    if (p.shape[d] != 1) order.push_back(d);  // size-1 dimensions go in collapse_dimensions
+  }
+  auto outer_first = [&](size_t a, size_t b) { return key[a] > key[b]; };
+  if (std::is_sorted(order.begin(), order.end(), outer_first)) return;
+  std::stable_sort(order.begin(), order.end(), outer_first);
+  std::vector<int64_t> shape;
+  for (size_t d : order) shape.push_back(p.shape[d]);
+  for (TileOperand& o : p.operands) {
+    std::vector<int64_t> strides;
+    for (size_t d : order) strides.push_back(o.strides[d]);
+    o.strides = std::move(strides);
+  }
+  p.shape = std::move(shape);
 }
 
 void collapse_dimensions(TileProgram& p) {
@@ -167,6 +201,7 @@ TileProgram lower_group(const Graph& g, const Schedule& s, const FusedGroup& gro
     if (s.materialized[out]) store(result, out);
   }
   drop_roundings_before_stores(p);
+  order_dimensions(p);
   collapse_dimensions(p);
   p.validate();
   return p;

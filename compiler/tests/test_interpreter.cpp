@@ -91,6 +91,26 @@ TEST_P(EveryFloatType, TrailingReductions) {
   }
 }
 
+TEST(Interpreter, AGroupIteratesInItsOutputsMemoryOrder) {
+  // y = x.t().float() keeps x's strides (as eager's cast does): iterated in
+  // memory order it is one contiguous run, not a stride of 40 at each element.
+  for (bool also_contiguous : {false, true}) {
+    GraphBuilder b;
+    const int32_t x = b.input(DType::kBFloat16, {6, 40});
+    const int32_t xt = b.view(x, {40, 6}, {1, 40});
+    const int32_t y = b.node("aten::_to_copy.default", {T(xt), Arg::integer(6)}, DType::kFloat32, {40, 6});
+    b.graph().values[y].layout.strides = {1, 40};
+    b.output(y);
+    if (also_contiguous) b.output(b.node("aten::mul.Tensor", {T(y), F(2.0)}, DType::kFloat32, {40, 6}));
+    const Graph g = b.build();
+    const Program p = compile_graph(g);
+    ASSERT_EQ(p.steps.size(), 1u);
+    if (!also_contiguous) EXPECT_EQ(p.steps[0].tiles.shape, (std::vector<int64_t>{240}));
+    check(g);
+    check(g, 2, threaded_for);
+  }
+}
+
 TEST(Interpreter, MaxReductionPropagatesNaNFromAnyPosition) {
   // Rows of 2300: NaN in a vector lane, in the last partial chunk's tail, in a
   // later tile; a row of -inf; a row of ordinary values with its maximum last.
