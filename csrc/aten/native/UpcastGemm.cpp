@@ -49,7 +49,14 @@ bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
 bool upcast_gemm_uses_mkl() {
   static const MklGemmBf16 gemm = find_mkl_gemm_bf16();
-  return gemm != nullptr && neuronkernels::isa() == neuronkernels::Isa::kAvx512Bf16;
+  // MKL picks its code by CPU vendor (on AMD CPUs it ran its AVX2 float32
+  // kernels, OneDnnGemm.cpp): its bfloat16 GEMM is taken on Intel CPUs only,
+  // where it was measured; elsewhere the graph's own casts and GEMM run.
+  static const bool intel = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") != 0;
+  }();
+  return gemm != nullptr && intel && neuronkernels::isa() == neuronkernels::Isa::kAvx512Bf16;
 }
 
 void upcast_addmm_here(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, const at::Tensor* C,

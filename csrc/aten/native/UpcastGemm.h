@@ -10,10 +10,10 @@ namespace torchneuron::native {
 
 // Y = beta * C + alpha * (A @ B) on CPU tensors (aliases of device buffers):
 // A [M, K] and B [K, N] bfloat16, Y [M, N] float32 with unit column stride, C
-// (optional; may be Y itself) float32 broadcasting to Y. On CPUs the kernels
-// run at avx512_bf16 (AVX512-BF16 or AMX), MKL's bfloat16 GEMM with float32
-// accumulation (cblas_gemm_bf16bf16f32, exported by libtorch_cpu) reads the
-// operands as they are; elsewhere, or for layouts it does not take, the
+// (optional; may be Y itself) float32 broadcasting to Y. On Intel CPUs the
+// kernels run at avx512_bf16 (AVX512-BF16 or AMX), MKL's bfloat16 GEMM with
+// float32 accumulation (cblas_gemm_bf16bf16f32, exported by libtorch_cpu)
+// reads the operands as they are; elsewhere, or for layouts it does not take, the
 // operands are cast to float32 and multiplied by ATen, as the graph wrote it.
 // A product of two bfloat16 values is exact in float32, so both compute the
 // same sums up to their order.
