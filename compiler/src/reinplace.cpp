@@ -147,7 +147,7 @@ int reinplace(Graph& g) {
     for (Value& v : g.values) {
       if (v.id == out || v.base == out) v.base = self;
     }
-    n = Node{kCopyInto, {Arg::tensor(slice_value.id), Arg::tensor(src)}, {}};
+    n = Node{kCopyInto, {Arg::tensor(slice_value.id), Arg::tensor(src), Arg::boolean(false)}, {}};  // copy_'s schema
     ++rewritten;
   }
   if (rewritten > 0) {

@@ -8,6 +8,7 @@
 #include "neuroncompiler/reinplace.hpp"
 #include "run_helpers.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,9 @@ TEST(Reinplace, AScatterIntoAnIntermediateNothingReadsAfterWritesItsSliceInPlace
     Graph g = scatter_graph(select, false);
     EXPECT_EQ(reinplace(g), 1);
     g.validate();
+    const auto copy = std::find_if(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return n.op == kCopyInto; });
+    ASSERT_NE(copy, g.nodes.end());
+    EXPECT_EQ(copy->args.size(), 3u);  // copy_(self, src, non_blocking): an extern call checks the schema
     CompileReport rep;
     const Graph original = scatter_graph(select, false);
     const Program p = compile_graph(original, &rep);
