@@ -300,6 +300,10 @@ ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()
     TORCH_CHECK(returns == s.node.outputs.size(), "[neuron] compiled graph: step ", i, " (",
                 s.node.op, "): ", s.node.outputs.size(), " outputs given, the schema has ", schema.returns().size());
     Resolved r{*op, {}, std::nullopt, nullptr};
+    static const std::set<std::string> kUninitialized = {
+        "aten::empty.memory_format", "aten::empty_strided.default", "aten::empty_like.default",
+        "aten::new_empty.default", "aten::new_empty_strided.default"};
+    r.uninitialized = kUninitialized.count(s.node.op) != 0;
     if (s.node.op != nc::kCopyInto && !s.node.outputs.empty()) {
       OpPlan& plan = plan_for(*op);
       r.out_op = plan.out_op;
@@ -380,12 +384,7 @@ void ExternAtenCalls::run(const Resolved& r, const nc::Program& p, const nc::Ste
     dst.copy_(src);
     return;
   }
-  // An uninitialized tensor is its planned buffer as it is: ATen's CPU kernel
-  // would allocate (and fault in) fresh memory only to have it copied there.
-  static const std::set<std::string> kEmpty = {"aten::empty.memory_format", "aten::empty_strided.default",
-                                               "aten::empty_like.default", "aten::new_empty.default",
-                                               "aten::new_empty_strided.default"};
-  if (kEmpty.count(step.node.op) != 0) return;
+  if (r.uninitialized) return;
   if (run_skinny_matmul(p, step, storages)) return;
   if (run_onednn_gemm(p, step, storages)) return;
   if (run_upcast_gemm(p, step, storages)) return;

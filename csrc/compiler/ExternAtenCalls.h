@@ -60,6 +60,9 @@ class ExternAtenCalls {
     // (csrc/runtime/WorkerThreads.h). 0 for the skinny matmul's products.
     int64_t elements = 0;
     bool matrix = false;
+    // An uninitialized tensor (empty, new_empty, ...): its planned buffer as it
+    // is, no work (ATen's kernel would fault in fresh memory to be copied there).
+    bool uninitialized = false;
   };
   static bool run_skinny_matmul(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
                                 const ProgramStorages& storages);

@@ -20,8 +20,10 @@ constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 using MklGemmBf16 = void (*)(int layout, int transa, int transb, int m, int n, int k, float alpha,
                              const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc);
 
-MklGemmBf16 find_mkl_gemm_bf16() {
-  return reinterpret_cast<MklGemmBf16>(dlsym(RTLD_DEFAULT, "cblas_gemm_bf16bf16f32"));
+// Looked up once per process; null without it (the fallback runs).
+MklGemmBf16 mkl_gemm_bf16() {
+  static const auto gemm = reinterpret_cast<MklGemmBf16>(dlsym(RTLD_DEFAULT, "cblas_gemm_bf16bf16f32"));
+  return gemm;
 }
 
 // A row-major operand for CBLAS: transposed or not, and its leading dimension.
@@ -48,7 +50,6 @@ bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 }  // namespace
 
 bool upcast_gemm_uses_mkl() {
-  static const MklGemmBf16 gemm = find_mkl_gemm_bf16();
   // MKL picks its code by CPU vendor (on AMD CPUs it ran its AVX2 float32
   // kernels, OneDnnGemm.cpp): its bfloat16 GEMM is taken on Intel CPUs only,
   // where it was measured; elsewhere the graph's own casts and GEMM run.
@@ -56,7 +57,7 @@ bool upcast_gemm_uses_mkl() {
     __builtin_cpu_init();
     return __builtin_cpu_is("intel") != 0;
   }();
-  return gemm != nullptr && intel && neuronkernels::isa() == neuronkernels::Isa::kAvx512Bf16;
+  return mkl_gemm_bf16() != nullptr && intel && neuronkernels::isa() == neuronkernels::Isa::kAvx512Bf16;
 }
 
 void upcast_addmm_here(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, const at::Tensor* C,
@@ -78,8 +79,7 @@ void upcast_addmm_here(const at::Tensor& A, const at::Tensor& B, const at::Tenso
       }
       return;
     }
-    static const MklGemmBf16 gemm = find_mkl_gemm_bf16();
-    gemm(kRowMajor, a.trans, b.trans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha,
+    mkl_gemm_bf16()(kRowMajor, a.trans, b.trans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha,
          static_cast<const uint16_t*>(A.const_data_ptr()), static_cast<int>(a.ld),
          static_cast<const uint16_t*>(B.const_data_ptr()), static_cast<int>(b.ld), with_c ? beta : 0.0f,
          Y.mutable_data_ptr<float>(), static_cast<int>(Y.stride(0)));
