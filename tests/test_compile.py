@@ -171,6 +171,42 @@ def test_outputs_alias_inputs():
     torch.testing.assert_close(flat.cpu(), x.cpu().view(-1))
 
 
+def test_gradients_of_separate_tangents_that_share_a_traced_storage():
+    """unbind's outputs are views of one tensor, so AOTAutograd traces their
+    tangents over one storage; the caller's gradients are separate tensors."""
+    x = torch.randn(5, device="neuron", requires_grad=True)
+    outs = torch.compile(lambda x: torch.unbind(x), backend="neuron")(x)
+    grads = [torch.randn(()) for _ in outs]
+    (got,) = torch.autograd.grad(outs, x, [g.to("neuron") for g in grads])
+    assert torch.equal(got.cpu(), torch.stack(grads))
+    assert all(r["programs"]["backward"]["executor"] == "compiler" for r in records())
+
+
+def test_outputs_that_view_an_input_as_another_dtype():
+    """torch.complex's backward returns the real and imaginary parts of the
+    complex tangent: float32 views of a complex64 input, also at an offset."""
+    r, i = (torch.randn(3, requires_grad=True) for _ in range(2))
+    f = torch.compile(lambda r, i: torch.complex(r, i), backend="neuron")
+    rd, id_ = (t.detach().to("neuron").requires_grad_() for t in (r, i))
+    g_dev = torch.randn(4, dtype=torch.complex64).to("neuron")[1:]  # a tangent at storage offset 1
+    g = g_dev.cpu()
+    got = torch.autograd.grad(f(rd, id_), (rd, id_), g_dev)
+    want = torch.autograd.grad(torch.complex(r, i), (r, i), g)
+    for a, b in zip(got, want):
+        assert a.dtype == torch.float32 and torch.equal(a.cpu(), b)
+    real = torch.compile(lambda z: torch.view_as_real(z)[:, 1], backend="neuron")(g_dev)
+    assert torch.equal(real.cpu(), g.imag)
+
+
+def test_a_complex128_value_is_refused_as_eagerly():
+    x = torch.randn(3, device="neuron")
+    with pytest.raises(TypeError, match="ComplexDouble is not supported on neuron"):
+        x.cdouble()
+    with pytest.raises(TypeError, match="ComplexDouble is not supported on neuron"):
+        torch.compile(lambda x: x.cdouble() * 2, backend="neuron")(x)
+    assert torch.compile(lambda x: x + 1, backend="neuron")(x).cpu().equal(x.cpu() + 1)
+
+
 def test_dropout_is_reproducible_under_manual_seed():
     drop = torch.nn.Dropout(0.5)
     f = torch.compile(lambda x: drop(x) * 3, backend="neuron")

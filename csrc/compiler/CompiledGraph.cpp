@@ -46,6 +46,10 @@ class ProfiledSteps final : public nc::StepObserver {
   int64_t start_ns_ = 0;
 };
 
+nc::DType base_dtype(const nc::Program& p, const nc::Buffer& input) {
+  return p.values[p.inputs[input.index]].layout.dtype;
+}
+
 }  // namespace
 
 CompiledGraph::CompiledGraph(nc::Program program, nc::CompileReport report, std::string label)
@@ -146,7 +150,7 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
   auto storages = std::make_shared<ProgramStorages>();
   for (const at::Tensor& t : inputs) {
     storages->inputs.push_back(at_launch(t.storage()));
-    storages->input_offsets.push_back(t.storage_offset());
+    storages->input_offset_bytes.push_back(t.storage_offset() * static_cast<int64_t>(t.element_size()));
   }
   for (int64_t bytes : p.output_storage_bytes) storages->outputs.push_back(device_storage(device, static_cast<size_t>(bytes)));
   // Always a storage, also of 0 bytes: zero-size intermediates are arena
@@ -162,12 +166,14 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
     }
     const nc::ProgramValue& v = p.values[id];
     const nc::Buffer& buf = p.buffers[v.buffer];
-    if (buf.kind == nc::Buffer::Kind::kInput) {
+    if (buf.kind == nc::Buffer::Kind::kInput && base_dtype(p, buf) == v.layout.dtype) {
       const at::Tensor& base = inputs[buf.index];
       const bool same = v.layout.offset == 0 && base.sizes() == c10::IntArrayRef(v.layout.sizes) &&
                         base.strides() == c10::IntArrayRef(v.layout.strides);
       outputs.push_back(same ? base : base.as_strided(v.layout.sizes, v.layout.strides, base.storage_offset() + v.layout.offset));
     } else {
+      // A fresh output, or a view of an input as another dtype (view_as_real
+      // of a complex tangent): a tensor over the buffer's storage.
       outputs.push_back(value_tensor(p, *storages, id));
     }
   }
@@ -191,7 +197,7 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
                        for (size_t i = 0; i < storages->inputs.size(); ++i) {
                          const nc::Layout& l = program->values[program->inputs[i]].layout;
                          buffers.inputs.push_back(static_cast<char*>(storages->inputs[i].mutable_data()) +
-                                                  storages->input_offsets[i] * nc::dtype_size(l.dtype));
+                                                  storages->input_offset_bytes[i]);
                        }
                        for (auto& s : storages->outputs) buffers.outputs.push_back(s.mutable_data());
                        buffers.arena = storages->arena ? storages->arena.mutable_data() : nullptr;

@@ -52,7 +52,8 @@ at::Tensor value_tensor(const nc::Program& p, const ProgramStorages& st, int32_t
   switch (buf.kind) {
     case nc::Buffer::Kind::kInput:
       storage = st.inputs[buf.index];
-      offset += st.input_offsets[buf.index];
+      // In bytes: a value may view its input as another dtype (view_as_real).
+      offset += st.input_offset_bytes[buf.index] / elem;
       break;
     case nc::Buffer::Kind::kOutput: storage = st.outputs[buf.index]; break;
     case nc::Buffer::Kind::kArena:

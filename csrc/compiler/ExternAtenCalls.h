@@ -20,10 +20,10 @@
 namespace torchneuron {
 
 // The storages one run of a program uses, indexed as Program::buffers names
-// them, with the inputs' storage offsets (elements).
+// them, with the inputs' storage offsets (bytes).
 struct ProgramStorages {
   std::vector<c10::Storage> inputs;
-  std::vector<int64_t> input_offsets;
+  std::vector<int64_t> input_offset_bytes;  // each input's storage offset, in bytes
   std::vector<c10::Storage> outputs;
   c10::Storage arena;
 };

@@ -46,10 +46,12 @@ _SCALAR_TYPES = {
     torch.float32: 6, torch.float64: 7, torch.complex64: 9, torch.complex128: 10, torch.bool: 11,
     torch.bfloat16: 15,
 }
+# The dtypes a program's values may have: the device's (csrc/runtime/NeuronDtypes.cpp).
+# A graph with a complex128 value runs eagerly, which refuses it as eager does.
 _DTYPE_NAMES = {
     torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16",
     torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
-    torch.bool: "bool", torch.complex64: "complex64", torch.complex128: "complex128",
+    torch.bool: "bool", torch.complex64: "complex64",
 }
 _LAYOUTS = {torch.strided: 0}
 _MEMORY_FORMATS = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
@@ -106,10 +108,16 @@ class _Writer:
     def __init__(self):
         self.values = []   # value records
         self.lines = []    # input, node and output records
-        self.storages = {}  # fake storage -> (root value id, storage offset of the root)
+        # fake storage -> [(root value id, storage offset of the root in bytes)]: one
+        # root, or several inputs that share a storage (AOTAutograd's tangents
+        # of views of one tensor), which run as separate buffers.
+        self.storages = {}
+        self.roots = {}  # value id -> the root value whose buffer it is over
         self.device = None
 
-    def tensor_value(self, t, node, is_input=False):
+    def tensor_value(self, t, node, is_input=False, sources=()):
+        """(value id, is a view). `sources`: the value ids of the node's tensor
+        arguments, which tell apart inputs that share a storage."""
         if not isinstance(t, torch.Tensor):
             raise Unsupported(f"node {node.name}: a {type(t).__name__} value where the compiler takes tensors")
         if t.device.type != "neuron":
@@ -132,16 +140,25 @@ class _Writer:
         key = _storage_key(t)
         vid = len(self.values)
         if not is_input and key in self.storages:
-            base, base_offset = self.storages[key]
-            rel = offset - base_offset
-            if rel < 0:
-                raise Unsupported(f"node {node.name}: a view before the start of its base")
+            roots = self.storages[key]
+            if len(roots) > 1:
+                read = {self.roots.get(v, v) for v in sources}
+                roots = [r for r in roots if r[0] in read]
+                if len(roots) != 1:
+                    raise Unsupported(f"node {node.name}: a view of one of several inputs that share memory")
+            base, base_bytes = roots[0]
+            # In bytes: a view may see its base as another dtype (view_as_real).
+            rel, misaligned = divmod(offset * t.itemsize - base_bytes, t.itemsize)
+            if rel < 0 or misaligned:
+                raise Unsupported(f"node {node.name}: a view before the start of its base or between its elements")
             self._record(vid, t.dtype, f"%{base}", rel, sizes, strides)
+            self.roots[vid] = base
             return vid, True
         if not is_input and offset != 0:
             raise Unsupported(f"node {node.name}: a fresh result at storage offset {offset}")
         self._record(vid, t.dtype, "-", 0, sizes, strides)
-        self.storages.setdefault(key, (vid, offset))
+        self.storages.setdefault(key, []).append((vid, offset * t.itemsize))
+        self.roots[vid] = vid
         return vid, False
 
     def fresh_value(self, like, dtype):
@@ -340,6 +357,7 @@ def _serialize_op(node, w, env):
     val = node.meta.get("val")
     results = list(val) if isinstance(val, (tuple, list)) else [val]
     used = {u.args[1] for u in node.users if u.target is operator.getitem}
+    sources = _tensor_sources(node, env)
     ids, views = [], []
     for index, r in enumerate(results):
         if r is None or (native and index > 0 and index not in used):
@@ -348,7 +366,7 @@ def _serialize_op(node, w, env):
             # false, still has a value): the kernel need not write them.
             ids.append(None)
             continue
-        vid, is_view = w.tensor_value(r, node)
+        vid, is_view = w.tensor_value(r, node, sources=sources)
         ids.append(vid)
         views.append(is_view)
     env[node] = tuple(ids) if isinstance(val, (tuple, list)) else ids[0]
@@ -367,6 +385,14 @@ def _serialize_op(node, w, env):
     args = [_arg_token(v, env, node, n) for n, v in _schema_args(node)]
     outs = ["_" if i is None else f"%{i}" for i in ids]
     w.lines.append(f"node {name} {len(outs)} {' '.join(outs)} {len(args)}{' ' + ' '.join(args) if args else ''}")
+
+
+def _tensor_sources(node, env):
+    """The value ids of the tensors a node reads."""
+    ids = []
+    torch.fx.node.map_arg((node.args, node.kwargs),
+                          lambda a: ids.append(env[a]) if isinstance(env.get(a), int) else None)
+    return ids
 
 
 def _rng_state_ops():
