@@ -121,18 +121,29 @@ Status InterHost::exchange(const std::string& mine, std::vector<std::string>* al
       }
     }
   } untrack{this, recvs, sends};
-  Status posted = gloo_step(what, [&] {
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
+  std::string missing, first_error;
+  std::vector<bool> is_lost(size_, false);
+  auto lost = [&](int p, const std::exception& e) {
+    if (is_lost[p]) return;
+    is_lost[p] = true;
+    missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+    if (first_error.empty()) first_error = e.what();
+  };
+  // Posting to a peer whose connection has already closed (it exited) throws
+  // at once: that peer is a lost rank, named as one that never answers.
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    try {
       in[p] = at::empty({n}, at::kByte);
       std::vector<at::Tensor> r{in[p]}, s{out};
       recvs[p] = groups_.control->recv(r, p, 0);
-      sends[p] = groups_.control->send(s, p, 0);
       track(recvs[p]);
+      sends[p] = groups_.control->send(s, p, 0);
       track(sends[p]);
+    } catch (const std::exception& e) {
+      lost(p, e);
     }
-  });
-  NEURONCOLL_RETURN_IF_ERROR(posted);
+  }
   // One deadline for the whole round: ranks that did not send in time are
   // the missing ones.
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
@@ -141,15 +152,13 @@ Status InterHost::exchange(const std::string& mine, std::vector<std::string>* al
                     std::chrono::duration_cast<std::chrono::milliseconds>(
                         deadline - std::chrono::steady_clock::now()));
   };
-  std::string missing, first_error;
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
+    if (p == rank_ || is_lost[p]) continue;
     try {
       recvs[p]->wait(left());
       (*all)[p].assign(static_cast<const char*>(in[p].data_ptr()), static_cast<size_t>(n));
     } catch (const std::exception& e) {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(p);
-      if (first_error.empty()) first_error = e.what();
+      lost(p, e);
     }
   }
   for (int p = 0; p < size_ && missing.empty(); ++p) {
@@ -157,8 +166,7 @@ Status InterHost::exchange(const std::string& mine, std::vector<std::string>* al
     try {
       sends[p]->wait(left());
     } catch (const std::exception& e) {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(p);
-      if (first_error.empty()) first_error = e.what();
+      lost(p, e);
     }
   }
   if (aborted_.load()) {
