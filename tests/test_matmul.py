@@ -465,16 +465,19 @@ def _upcast_mm_cast_kept(c, a, b):
     return af @ b.to(c.dtype), af
 
 
+@pytest.mark.parametrize("m,k,n", [(96, 300, 70), (160, 320, 96)], ids=["small", "large"])
 @pytest.mark.parametrize("fn", [_upcast_addmm, _upcast_mm_transposed, _upcast_accumulate, _upcast_mm_cast_kept],
                          ids=lambda f: f.__name__.strip("_"))
-def test_compiled_product_of_upcast_bfloat16_is_one_mixed_precision_gemm(fn):
+def test_compiled_product_of_upcast_bfloat16_is_one_mixed_precision_gemm(fn, m, k, n):
     # Products of bfloat16 operands cast to float32 compile to ATen's
     # addmm.dtype / mm.dtype (the pattern pass): MKL's bfloat16 GEMM with
-    # float32 accumulation at avx512_bf16, the casts and a float32 GEMM below.
+    # float32 accumulation on Intel CPUs at avx512_bf16; elsewhere the casts
+    # and the float32 GEMM of eager products (oneDNN on AMD CPUs with AVX-512
+    # from OneDnnGemm.h's size on: the large case, ATen's otherwise).
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(96, 300, generator=g).bfloat16()
-    b = torch.randn(300, 70, generator=g).bfloat16()
-    c = torch.randn(70, generator=g)
+    a = torch.randn(m, k, generator=g).bfloat16()
+    b = torch.randn(k, n, generator=g).bfloat16()
+    c = torch.randn(n, generator=g)
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="neuron")
     got = compiled(c.to(D), a.to(D), b.to(D))

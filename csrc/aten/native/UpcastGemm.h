@@ -14,7 +14,8 @@ namespace torchneuron::native {
 // kernels run at avx512_bf16 (AVX512-BF16 or AMX), MKL's bfloat16 GEMM with
 // float32 accumulation (cblas_gemm_bf16bf16f32, exported by libtorch_cpu)
 // reads the operands as they are; elsewhere, or for layouts it does not take, the
-// operands are cast to float32 and multiplied by ATen, as the graph wrote it.
+// operands are cast to float32 and multiplied as the device's float32 products
+// are (OneDnnGemm.h), as the graph wrote it.
 // A product of two bfloat16 values is exact in float32, so both compute the
 // same sums up to their order.
 void upcast_addmm_here(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, const at::Tensor* C,
