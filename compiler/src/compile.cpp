@@ -25,12 +25,12 @@ int64_t buffer_bytes(const Layout& l) { return l.extent() * dtype_size(l.dtype);
 
 }  // namespace
 
-Program compile_graph(const Graph& graph, CompileReport* report) {
+Program compile_graph(const Graph& graph, CompileReport* report, const CompileOptions& options) {
   CompileReport local;
   CompileReport& rep = report ? *report : local;
   auto t0 = Clock::now();
   Graph g = graph;
-  rep.folded = rewrite_patterns(g).folded;
+  rep.folded = rewrite_patterns(g, options.patterns).folded;
   rep.reinplaced = reinplace(g);
   lower_index_copies(g);
   lower_integer_arithmetic(g);
@@ -149,11 +149,11 @@ Program compile_graph(const Graph& graph, CompileReport* report) {
   return p;
 }
 
-Program compile_text(std::string_view text, CompileReport* report) {
+Program compile_text(std::string_view text, CompileReport* report, const CompileOptions& options) {
   const auto t0 = Clock::now();
   const Graph g = parse_graph(text);
   const double parse_ms = ms_since(t0);
-  Program p = compile_graph(g, report);
+  Program p = compile_graph(g, report, options);
   if (report) report->parse_ms = parse_ms;
   return p;
 }

@@ -371,7 +371,7 @@ bool fold_scalar_tensor(PatternGraph& pg, size_t i) {
 
 }  // namespace
 
-PatternReport rewrite_patterns(Graph& g) {
+PatternReport rewrite_patterns(Graph& g, const PatternOptions& options) {
   PatternReport report;
   PatternGraph pg(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -385,7 +385,7 @@ PatternReport rewrite_patterns(Graph& g) {
       ++report.norms;
     } else if (match_rope(pg, i)) {
       ++report.rope;
-    } else if (match_upcast_matmul(pg, i)) {
+    } else if (options.mixed_precision_gemm && match_upcast_matmul(pg, i)) {
       ++report.upcast_matmuls;
     }
   }

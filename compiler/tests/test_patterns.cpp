@@ -339,6 +339,16 @@ TEST(Patterns, MatrixProductsOfUpcastBfloat16AreOneMixedPrecisionGemm) {
   }
 }
 
+TEST(Patterns, WithoutAMixedPrecisionGemmTheCastsAndTheFloat32ProductStay) {
+  CompileOptions options;
+  options.patterns.mixed_precision_gemm = false;
+  CompileReport rep;
+  const Program p = compile_graph(upcast_matmul_graph(true, false), &rep, options);
+  EXPECT_EQ(extern_step(p, "aten::addmm.dtype"), nullptr) << p.describe();
+  EXPECT_NE(extern_step(p, "aten::addmm.default"), nullptr) << p.describe();
+  EXPECT_EQ(rep.fused_nodes, 2) << p.describe();  // the two casts
+}
+
 TEST(Patterns, AnUpcastReadElsewhereStaysAndOtherTypesAreNotRewritten) {
   const Program kept = compile_graph(upcast_matmul_graph(true, true));
   EXPECT_NE(extern_step(kept, "aten::addmm.dtype"), nullptr) << kept.describe();

@@ -8,6 +8,7 @@
 #include "csrc/aten/DeviceTensors.h"
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/native/KernelSupport.h"
+#include "csrc/aten/native/UpcastGemm.h"
 #include "neuronrt/neuronrt.hpp"
 
 namespace torchneuron {
@@ -46,6 +47,12 @@ class ProfiledSteps final : public nc::StepObserver {
   int64_t start_ns_ = 0;
 };
 
+nc::CompileOptions compile_options() {
+  nc::CompileOptions options;
+  options.patterns.mixed_precision_gemm = native::upcast_gemm_uses_mkl();
+  return options;
+}
+
 nc::DType base_dtype(const nc::Program& p, const nc::Buffer& input) {
   return p.values[p.inputs[input.index]].layout.dtype;
 }
@@ -67,7 +74,7 @@ std::shared_ptr<CompiledGraph> CompiledGraph::compile(const std::string& text, c
   report.keep_ir = keep_ir;
   nc::Program program;
   try {
-    program = nc::compile_text(text, &report);
+    program = nc::compile_text(text, &report, compile_options());
   } catch (const nc::NotLowered& e) {
     // Not an error of the graph: the caller runs it eagerly, with this reason.
     TORCH_CHECK_NOT_IMPLEMENTED(false, "[neuron] compile ", label, ": not lowered: ", e.what());
@@ -75,6 +82,10 @@ std::shared_ptr<CompiledGraph> CompiledGraph::compile(const std::string& text, c
     TORCH_CHECK(false, "[neuron] compile ", label, ": ", e.what());
   }
   return std::shared_ptr<CompiledGraph>(new CompiledGraph(std::move(program), report, label));
+}
+
+std::string CompiledGraph::target() {
+  return std::string("mixed_precision_gemm=") + (compile_options().patterns.mixed_precision_gemm ? "1" : "0");
 }
 
 std::shared_ptr<CompiledGraph> CompiledGraph::load(const std::string& bytes, const std::string& label) {

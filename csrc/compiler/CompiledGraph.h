@@ -26,6 +26,9 @@ class CompiledGraph {
   // in the report (debug dumps).
   static std::shared_ptr<CompiledGraph> compile(const std::string& graph_text, const std::string& label,
                                                 bool keep_ir = false);
+  // What compile() tells the compiler of this process's target
+  // (neuroncompiler::CompileOptions), as text for the program cache's key.
+  static std::string target();
   // A program from Program::serialize() bytes.
   static std::shared_ptr<CompiledGraph> load(const std::string& program_bytes, const std::string& label);
 

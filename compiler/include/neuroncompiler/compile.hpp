@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "neuroncompiler/ir.hpp"
+#include "neuroncompiler/patterns.hpp"
 #include "neuroncompiler/program.hpp"
 
 namespace neuroncompiler {
@@ -28,9 +29,15 @@ struct CompileReport {
   std::string ir_patterns, ir_fusion;
 };
 
-Program compile_graph(const Graph& graph, CompileReport* report = nullptr);
+// What the program's target can run (a program's cache key must include it).
+struct CompileOptions {
+  PatternOptions patterns;
+};
+
+Program compile_graph(const Graph& graph, CompileReport* report = nullptr, const CompileOptions& options = {});
 
 // parse_graph + compile_graph, timing the parse too.
-Program compile_text(std::string_view graph_text, CompileReport* report = nullptr);
+Program compile_text(std::string_view graph_text, CompileReport* report = nullptr,
+                     const CompileOptions& options = {});
 
 }  // namespace neuroncompiler

@@ -12,7 +12,8 @@
 //    those nodes' tiles;
 //  - mm / addmm of bfloat16 operands cast to float32: ATen's mm.dtype /
 //    addmm.dtype (out_dtype float32) of the bfloat16 operands, one
-//    mixed-precision GEMM (an extern call, csrc/aten/native/UpcastGemm.h).
+//    mixed-precision GEMM (an extern call, csrc/aten/native/UpcastGemm.h),
+//    where the target has one (PatternOptions).
 // A subgraph is replaced only when its intermediate values are read by
 // nothing else, are not graph outputs, and the kernels take its layouts and
 // types; otherwise its nodes stay as they are (fused groups, extern calls).
@@ -29,6 +30,13 @@ struct PatternReport {
   int replaced_nodes = 0;  // graph nodes now inside native ops
 };
 
-PatternReport rewrite_patterns(Graph& graph);
+// What the target runs well. Where it has no mixed-precision GEMM, that
+// extern call would cast its operands into fresh memory per call: the casts
+// stay fused groups writing planned buffers, and the float32 product stays.
+struct PatternOptions {
+  bool mixed_precision_gemm = true;
+};
+
+PatternReport rewrite_patterns(Graph& graph, const PatternOptions& options = {});
 
 }  // namespace neuroncompiler

@@ -68,13 +68,15 @@ _environment = None
 
 def environment() -> dict:
     """What every key includes besides the graph: versions of torch, torchneuron
-    and the extension build, the entry format, and the CPU features the kernels
-    were chosen for."""
+    and the extension build, the entry format, the CPU features the kernels
+    were chosen for, and what the compiler was told of the target (whether it
+    has a mixed-precision GEMM)."""
     global _environment
     if _environment is None:
         import torch
 
         import torchneuron
+        from torchneuron import _C
 
         _environment = {
             "torch": torch.__version__,
@@ -83,6 +85,7 @@ def environment() -> dict:
             "entry_version": ENTRY_VERSION,
             "kernel_isa": torchneuron.kernel_isa(),
             "isas": list(torchneuron.supported_kernel_isas()),
+            "target": _C._compile_target(),
             "python": sys.version_info[:2],
         }
     return _environment
