@@ -1,7 +1,7 @@
 #include "csrc/compiler/ExternAtenCalls.h"
 
 #include <algorithm>
-#include <set>
+#include <map>
 #include <string>
 
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -301,10 +301,7 @@ ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()
     TORCH_CHECK(returns == s.node.outputs.size(), "[neuron] compiled graph: step ", i, " (",
                 s.node.op, "): ", s.node.outputs.size(), " outputs given, the schema has ", schema.returns().size());
     Resolved r{*op, {}, std::nullopt, nullptr};
-    static const std::set<std::string> kUninitialized = {
-        "aten::empty.memory_format", "aten::empty_strided.default", "aten::empty_like.default",
-        "aten::new_empty.default", "aten::new_empty_strided.default"};
-    r.uninitialized = kUninitialized.count(s.node.op) != 0;
+    r.runner = runner_of(s.node.op);
     if (s.node.op != nc::kCopyInto && !s.node.outputs.empty()) {
       OpPlan& plan = plan_for(*op);
       r.out_op = plan.out_op;
@@ -355,6 +352,28 @@ ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()
   }
 }
 
+ExternAtenCalls::Runner ExternAtenCalls::runner_of(const std::string& op) {
+  static const std::map<std::string, Runner> kRunners = {
+      {nc::kCopyInto, Runner::kCopyInto},
+      {"aten::empty.memory_format", Runner::kUninitialized},
+      {"aten::empty_strided.default", Runner::kUninitialized},
+      {"aten::empty_like.default", Runner::kUninitialized},
+      {"aten::new_empty.default", Runner::kUninitialized},
+      {"aten::new_empty_strided.default", Runner::kUninitialized},
+      {"aten::mm.default", Runner::kProduct},
+      {"aten::addmm.default", Runner::kProduct},
+      {"aten::bmm.default", Runner::kProduct},
+      {"aten::baddbmm.default", Runner::kProduct},
+      {"aten::mm.dtype", Runner::kUpcastProduct},
+      {"aten::addmm.dtype", Runner::kUpcastProduct},
+      {"aten::slice_scatter.default", Runner::kScatter},
+      {"aten::select_scatter.default", Runner::kScatter},
+      {"aten::embedding_dense_backward.default", Runner::kEmbeddingBackward},
+  };
+  const auto it = kRunners.find(op);
+  return it == kRunners.end() ? Runner::kAten : it->second;
+}
+
 void ExternAtenCalls::call(const nc::Program& p, const nc::Step& step, const ProgramStorages& storages,
                            c10::DeviceIndex device) const {
   const size_t index = static_cast<size_t>(&step - p.steps.data());
@@ -377,20 +396,30 @@ void ExternAtenCalls::call(const nc::Program& p, const nc::Step& step, const Pro
 
 void ExternAtenCalls::run(const Resolved& r, const nc::Program& p, const nc::Step& step,
                           const ProgramStorages& storages, c10::DeviceIndex device) {
-  if (step.node.op == nc::kCopyInto) {  // one the tile interpreter does not take (int64, float64, ...)
-    CpuAliases aliases;
-    at::Tensor dst = aliases(value_tensor(p, storages, static_cast<int32_t>(step.node.args[0].i)));
-    at::Tensor src = aliases(value_tensor(p, storages, static_cast<int32_t>(step.node.args[1].i)));
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    dst.copy_(src);
-    return;
+  switch (r.runner) {
+    case Runner::kCopyInto: {  // one the tile interpreter does not take (int64, float64, ...)
+      CpuAliases aliases;
+      at::Tensor dst = aliases(value_tensor(p, storages, static_cast<int32_t>(step.node.args[0].i)));
+      at::Tensor src = aliases(value_tensor(p, storages, static_cast<int32_t>(step.node.args[1].i)));
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      dst.copy_(src);
+      return;
+    }
+    case Runner::kUninitialized: return;
+    case Runner::kProduct:
+      if (run_skinny_matmul(p, step, storages) || run_onednn_gemm(p, step, storages)) return;
+      break;
+    case Runner::kUpcastProduct:
+      if (run_upcast_gemm(p, step, storages)) return;
+      break;
+    case Runner::kScatter:
+      if (run_scatter_into_view(p, step, storages)) return;
+      break;
+    case Runner::kEmbeddingBackward:
+      if (run_embedding_backward_into(p, step, storages)) return;
+      break;
+    case Runner::kAten: break;
   }
-  if (r.uninitialized) return;
-  if (run_skinny_matmul(p, step, storages)) return;
-  if (run_onednn_gemm(p, step, storages)) return;
-  if (run_upcast_gemm(p, step, storages)) return;
-  if (run_scatter_into_view(p, step, storages)) return;
-  if (run_embedding_backward_into(p, step, storages)) return;
   const auto& schema = r.op.schema();
   Stack args;
   args.reserve(step.node.args.size());

@@ -48,6 +48,17 @@ class ExternAtenCalls {
 
 
  private:
+  enum class Runner : uint8_t {
+    kAten,               // the op's ATen CPU kernel (its out= overload where it has one)
+    kCopyInto,           // the compiler's copy into a view (neuroncompiler::kCopyInto)
+    kUninitialized,      // empty, new_empty, ...: the planned buffer as it is, no work (ATen's
+                         // kernel would fault in fresh memory to be copied there)
+    kProduct,            // mm, addmm, bmm, baddbmm: the skinny matmul or oneDNN
+    kUpcastProduct,      // mm.dtype, addmm.dtype: the mixed-precision GEMM
+    kScatter,            // slice_scatter, select_scatter: into the planned buffer
+    kEmbeddingBackward,  // embedding_dense_backward: into the planned buffer
+  };
+  static Runner runner_of(const std::string& op);
   struct Resolved {
     c10::OperatorHandle op;
     std::vector<bool> arg_is_generator;
@@ -60,9 +71,9 @@ class ExternAtenCalls {
     // (csrc/runtime/WorkerThreads.h). 0 for the skinny matmul's products.
     int64_t elements = 0;
     bool matrix = false;
-    // An uninitialized tensor (empty, new_empty, ...): its planned buffer as it
-    // is, no work (ATen's kernel would fault in fresh memory to be copied there).
-    bool uninitialized = false;
+    // How the step runs, chosen once from its op; a special runner may still
+    // decline a call whose layouts its kernel does not take (the ATen call runs).
+    Runner runner = Runner::kAten;
   };
   static bool run_skinny_matmul(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
                                 const ProgramStorages& storages);
