@@ -10,7 +10,7 @@ torch.profiler.profile(activities=[CPU]); neuron the same, and with
 Per op: the host's issue time (the queue drains outside the timed region) and
 the sustained time (drained every N ops). CPU eager is the build-independent
 peer: "neuron off / CPU off" is the device's usual per-op ratio, which
-profiling support must leave unchanged (docs/performance.md, "Eager mode"),
+profiling support must leave unchanged (docs/performance/eager.md, "Eager mode"),
 and "on / off" of each device is what profiling costs. Each figure is the
 median of R repeats; --rounds alternates the processes and keeps each
 case's fastest round (the one least disturbed by other load on a shared

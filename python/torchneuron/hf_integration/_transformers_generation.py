@@ -20,7 +20,7 @@
    its queue. Compiled batch-1 decoding of the ~100M Llama of
    benchmarks/generate.py ran 1.19-1.21x faster in bfloat16 and 1.09-1.10x in
    float32 (medians of A/B pairs in one process; eager decoding, bound by its
-   host, unchanged; docs/performance.md, "Decoding without a wait per token").
+   host, unchanged; docs/performance/compile.md, "Decoding without a wait per token").
    Tokens are unchanged: tests/test_hf_generate.py compares EOS stops,
    streamers and returned caches with CPU's.
 """
