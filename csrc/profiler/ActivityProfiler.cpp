@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -31,10 +32,24 @@ thread_local OpenIds t_open;
 // Flow ids join a launch to its device interval; unique per process.
 std::atomic<uint32_t> g_next_flow{1};
 
+// The offset from the runtime's steady clock to Unix time, which the trace's
+// host events use. One read of each clock could be split by a preemption
+// (under load, milliseconds), shifting every device interval against the ops
+// that launched it: the Unix read is taken between two steady reads, the
+// closest of a few tries kept, and its midpoint used.
 int64_t unix_ns_minus_steady_ns() {
-  const auto unix_now = std::chrono::system_clock::now().time_since_epoch();
-  const int64_t steady = neuronrt::profiling_now_ns();
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(unix_now).count() - steady;
+  int64_t best_gap = INT64_MAX, offset = 0;
+  for (int i = 0; i < 8; ++i) {
+    const int64_t before = neuronrt::profiling_now_ns();
+    const int64_t unix_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch()).count();
+    const int64_t after = neuronrt::profiling_now_ns();
+    if (after - before < best_gap) {
+      best_gap = after - before;
+      offset = unix_now - (before + (after - before) / 2);
+    }
+  }
+  return offset;
 }
 
 const std::set<ActivityType> kActivities{ActivityType::CONCURRENT_KERNEL,
