@@ -87,8 +87,8 @@ void upcast_addmm_here(const at::Tensor& A, const at::Tensor& B, const at::Tenso
     return;
   }
   // The graph's own arithmetic: the operands cast to float32, then the
-  // float32 GEMM the device's eager products use (oneDNN where it is chosen,
-  // OneDnnGemm.h: on an AMD EPYC Zen 5, 2.5x MKL's AVX2 code; else ATen's).
+  // float32 GEMM the device's eager products use (OneDnnGemm.h's policy:
+  // oneDNN where it is chosen, ATen's otherwise).
   const at::Tensor a32 = A.to(at::kFloat), b32 = B.to(at::kFloat);
   if (float32_gemm_uses_onednn(M, K, N) && onednn_writes_into(Y)) {
     if (with_c && !C->is_same(Y)) Y.copy_(C->expand(Y.sizes()));
