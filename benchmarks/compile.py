@@ -41,8 +41,10 @@ compiling each AOT graph; AOTAutograd's tracing, which Inductor pays too, is
 shown apart), and the share of each AOT graph's nodes that ran as fused groups,
 the device's kernels or library matrix products (target: >= 90% for the Llama
 decode and training graphs). For bfloat16 decode at batch 1 it also prints the bandwidth bound:
-the model's bytes read per token over the streaming read bandwidth measured at
-the start of the run (target: >= 70% of it).
+the streaming read bandwidth (measured at the start of the run and again after
+the case; the higher counts) over the bytes a
+decoding step reads (every weight but the input embedding table, of which it
+reads one row, and the static KV cache; target: >= 70% of it).
 """
 import argparse
 import json
@@ -291,8 +293,22 @@ def measure_decode(case, peer, dtype_name, quick, repeats):
 
         out["recompiles_after_first_call"] = sum(
             1 for r in torchneuron.compile_metrics() if r["recompile_reason"])
-    out["model_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
+    out["model_bytes"] = bytes_read_per_token(model, batch, 16 + new_tokens)
     return out
+
+
+def bytes_read_per_token(model, batch, cache_len):
+    """What one decoding step must read from memory: every weight but the input
+    embedding table, of which it reads one row per sequence, and the static KV
+    cache, which attention reads whole (keys and values of every layer, masked
+    beyond the current position)."""
+    embedding = model.get_input_embeddings().weight
+    weights = sum(p.numel() * p.element_size() for p in model.parameters() if p is not embedding)
+    rows = batch * embedding.shape[1] * embedding.element_size()
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    cache = 2 * c.num_hidden_layers * batch * c.num_key_value_heads * head_dim * cache_len * embedding.element_size()
+    return weights + rows + cache
 
 
 def measure(case, peer, dtype_name, quick, repeats):
@@ -307,7 +323,7 @@ def measure(case, peer, dtype_name, quick, repeats):
 # ---- report -----------------------------------------------------------------------
 
 
-def report(case, dtype_name, r, bandwidth):
+def report(case, dtype_name, r, bandwidths):
     decode = case.startswith("decode")
     speed = {p: (r[p]["tokens_per_s"] if decode else 1.0 / r[p]["steady_s"]) for p in r}
     unit = "tokens/s" if decode else "ms/step"
@@ -334,10 +350,11 @@ def report(case, dtype_name, r, bandwidth):
     if decode:
         print(f"  {'':<12}recompilations after the first call: {n['recompiles_after_first_call']}")
         if case == "decode_bs1":
-            bound = bandwidth / n["model_bytes"]
-            print(f"  {'':<12}bandwidth bound {bound:.1f} tokens/s ({n['model_bytes'] / 1e6:.0f} MB "
-                  f"per token at {bandwidth / 1e9:.1f} GB/s): neuron at "
-                  f"{100 * speed['neuron'] / bound:.0f}% of it", flush=True)
+            bound = max(bandwidths) / n["model_bytes"]
+            measured = " and ".join(f"{b / 1e9:.1f}" for b in bandwidths)
+            print(f"  {'':<12}bandwidth bound {bound:.1f} tokens/s ({n['model_bytes'] / 1e6:.0f} MB read "
+                  f"per token at {max(bandwidths) / 1e9:.1f} GB/s, the higher of {measured} measured at the "
+                  f"start and after the case): neuron at {100 * speed['neuron'] / bound:.0f}% of it", flush=True)
 
 
 def main():
@@ -377,7 +394,11 @@ def main():
                 results[peer] = measure_in_fresh_process(
                     __file__, device, case, peer, dtype_name, int(args.quick),
                     "--repeats", args.repeats)
-            report(case, dtype_name, results, bandwidth)
+            # The machine's streaming bandwidth drifts from minute to minute (shared
+            # memory channels): measured again beside the decode case, the higher
+            # figure (the stricter bound) counts.
+            bandwidths = (bandwidth, read_bandwidth(torch)) if case == "decode_bs1" else (bandwidth,)
+            report(case, dtype_name, results, bandwidths)
 
 
 if __name__ == "__main__":
