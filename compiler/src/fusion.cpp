@@ -13,6 +13,7 @@ struct OpenGroup {
   bool open = true;
   std::set<int32_t> produced;  // values computed by members
   std::set<int32_t> loaded;    // buffers (root values) the group reads from memory
+  std::set<int32_t> viewed;    // those of them it reads through a view
 };
 
 std::vector<int32_t> tensor_args(const Node& n) {
@@ -36,6 +37,24 @@ Schedule fuse(const Graph& g) {
   std::vector<OpenGroup> state;
 
   auto seal = [&](int32_t gi) { if (gi >= 0) state[gi].open = false; };
+  // Moves group `from`'s members into group `into` (both open, one shape);
+  // `from` is left empty and dropped at the end.
+  auto merge_into = [&](int32_t into, int32_t from) {
+    std::vector<size_t>& nodes = s.groups[into].nodes;
+    for (size_t node : s.groups[from].nodes) {
+      nodes.push_back(node);
+      group_of_node[node] = into;
+      for (int32_t out : g.nodes[node].outputs) {
+        if (out >= 0) group_of_value[out] = into;
+      }
+    }
+    std::sort(nodes.begin(), nodes.end());
+    s.groups[from].nodes.clear();
+    state[into].produced.insert(state[from].produced.begin(), state[from].produced.end());
+    state[into].loaded.insert(state[from].loaded.begin(), state[from].loaded.end());
+    state[into].viewed.insert(state[from].viewed.begin(), state[from].viewed.end());
+    state[from] = OpenGroup{false, {}, {}, {}};
+  };
 
   for (size_t i = 0; i < n_nodes; ++i) {
     const Node& n = g.nodes[i];
@@ -44,9 +63,26 @@ Schedule fuse(const Graph& g) {
     // Groups that read a buffer this node overwrites must run before it.
     // So must the group writing that buffer (an intermediate that a scatter
     // writes into in place, reinplace.hpp): nothing may join it afterwards.
+    // Except the group that computed a copy's source from the whole buffer the
+    // copy overwrites (x.copy_(f(x))): ended by the copy, it reads each tile of
+    // the buffer before it writes the same elements back.
     if (writes_first_argument(n)) {
       const int32_t dst = g.root(static_cast<int32_t>(n.args[0].i));
-      for (auto& st : state) if (st.open && st.loaded.count(dst)) st.open = false;
+      int32_t in_place = -1;
+      if (copy_into && n.args[0].i == dst && n.args.size() > 1 && n.args[1].kind == Arg::Kind::kTensor &&
+          is_pointwise(g, n)) {
+        const int32_t src = static_cast<int32_t>(n.args[1].i);
+        const int32_t gi = group_of_value[g.root(src)];
+        if (gi >= 0 && src == g.root(src) && state[gi].open && !state[gi].viewed.count(dst) &&
+            s.groups[gi].shape == g.value(dst).layout.sizes) {
+          in_place = gi;
+        }
+      }
+      for (size_t gi = 0; gi < state.size(); ++gi) {
+        if (state[gi].open && state[gi].loaded.count(dst) && static_cast<int32_t>(gi) != in_place) {
+          state[gi].open = false;
+        }
+      }
       seal(group_of_value[dst]);
     }
     const auto reduction = as_last_dim_reduction(g, n);
@@ -60,20 +96,26 @@ Schedule fuse(const Graph& g) {
     else if (copy_into) shape = g.value(static_cast<int32_t>(n.args[0].i)).layout.sizes;
     else shape = g.value(n.outputs[0]).layout.sizes;
 
-    // Join the open group of an operand computed over the same shape and read
+    // Join the open groups of operands computed over the same shape and read
     // directly (a view of a group's value would read memory the group writes).
-    int32_t join = -1;
+    // When operands come from several such groups, they become one: an open
+    // group's values have no reader outside it yet and nothing has overwritten
+    // what it loads, so it may run later, with the others, at this node.
+    std::vector<int32_t> joined;
     for (int32_t id : args) {
       const int32_t gi = group_of_value[g.root(id)];
-      if (gi >= 0 && state[gi].open && id == g.root(id) && s.groups[gi].shape == shape) {
-        join = gi;
-        break;
-      }
+      if (gi < 0 || !state[gi].open || s.groups[gi].shape != shape) continue;
+      if (std::find(joined.begin(), joined.end(), gi) == joined.end()) joined.push_back(gi);
     }
-    if (join >= 0) {
-      for (int32_t id : args) {
-        if (group_of_value[g.root(id)] == join && id != g.root(id)) join = -1;
-      }
+    for (int32_t id : args) {
+      if (id == g.root(id)) continue;
+      joined.erase(std::remove(joined.begin(), joined.end(), group_of_value[g.root(id)]), joined.end());
+    }
+    int32_t join = -1;
+    if (!joined.empty()) {
+      std::sort(joined.begin(), joined.end());
+      join = joined[0];
+      for (size_t k = 1; k < joined.size(); ++k) merge_into(join, joined[k]);
     }
     if (join < 0) {
       join = static_cast<int32_t>(s.groups.size());
@@ -85,6 +127,7 @@ Schedule fuse(const Graph& g) {
       const int32_t gi = group_of_value[g.root(id)];
       if (gi != join) seal(gi);
       if (!state[join].produced.count(id)) state[join].loaded.insert(g.root(id));
+      if (id != g.root(id)) state[join].viewed.insert(g.root(id));
     }
     s.groups[join].nodes.push_back(i);
     group_of_node[i] = join;
@@ -99,6 +142,18 @@ Schedule fuse(const Graph& g) {
       seal(join);
     }
   }
+
+  // Drop the groups emptied by merges (renumbering the others).
+  std::vector<int32_t> renumber(s.groups.size(), -1);
+  std::vector<FusedGroup> kept;
+  for (size_t gi = 0; gi < s.groups.size(); ++gi) {
+    if (s.groups[gi].nodes.empty()) continue;
+    renumber[gi] = static_cast<int32_t>(kept.size());
+    kept.push_back(std::move(s.groups[gi]));
+  }
+  s.groups = std::move(kept);
+  for (int32_t& gi : group_of_node) if (gi >= 0) gi = renumber[gi];
+  for (int32_t& gi : group_of_value) if (gi >= 0) gi = renumber[gi];
 
   // Steps in graph order, each group where its last member was.
   std::vector<size_t> last_member(s.groups.size());

@@ -139,3 +139,66 @@ TEST(Fusion, AFullTensorIsAGroupWithoutLoads) {
   ASSERT_EQ(s.groups.size(), 1u);  // the add joins the full's group
   EXPECT_EQ(s.groups[0].nodes.size(), 2u);
 }
+
+TEST(Fusion, OpenGroupsReadByOneNodeBecomeOneGroup) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {4, 8});
+  const int32_t y = b.input(DType::kFloat32, {4, 8});
+  const int32_t a = b.node("aten::exp.default", {T(x)}, DType::kFloat32, {4, 8});
+  const int32_t m = b.node("aten::mm.default", {T(y), T(y)}, DType::kFloat32, {4, 8});
+  const int32_t n = b.node("aten::neg.default", {T(y)}, DType::kFloat32, {4, 8});
+  const int32_t c = b.node("aten::add.Tensor", {T(a), T(n), Arg::integer(1)}, DType::kFloat32, {4, 8});
+  const int32_t d = b.node("aten::mul.Tensor", {T(c), T(m)}, DType::kFloat32, {4, 8});
+  b.output(d);
+  const Schedule s = fuse(b.build());
+  // exp's group and neg's become one when the add reads both; the matmul,
+  // which reads neither, runs before it.
+  ASSERT_EQ(s.groups.size(), 1u);
+  EXPECT_EQ(s.groups[0].nodes, (std::vector<size_t>{0, 2, 3, 4}));
+  ASSERT_EQ(s.steps.size(), 2u);
+  EXPECT_EQ(s.steps[0].kind, ScheduledStep::Kind::kNode);
+  EXPECT_EQ(s.steps[1].group, 0);
+  EXPECT_FALSE(s.materialized[a]);
+  EXPECT_FALSE(s.materialized[n]);
+  EXPECT_FALSE(s.materialized[c]);
+}
+
+TEST(Fusion, AGroupReadByAnotherNodeIsNotMergedLater) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {4, 8});
+  const int32_t a = b.node("aten::exp.default", {T(x)}, DType::kFloat32, {4, 8});
+  const int32_t m = b.node("aten::mm.default", {T(a), T(x)}, DType::kFloat32, {4, 8});
+  const int32_t n = b.node("aten::neg.default", {T(x)}, DType::kFloat32, {4, 8});
+  b.output(b.node("aten::add.Tensor", {T(a), T(n), Arg::integer(1)}, DType::kFloat32, {4, 8}));
+  b.output(m);
+  const Schedule s = fuse(b.build());
+  // exp's group was sealed when the matmul read its value: it must run first.
+  ASSERT_EQ(s.groups.size(), 2u);
+  EXPECT_EQ(s.steps[0].group, 0);
+  EXPECT_EQ(s.steps[1].kind, ScheduledStep::Kind::kNode);
+  EXPECT_TRUE(s.materialized[a]);
+}
+
+TEST(Fusion, ACopyOfAFunctionOfABufferIntoItEndsThatGroup) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {4, 8});
+  const int32_t g = b.input(DType::kFloat32, {4, 1});
+  const int32_t e = b.node("aten::exp.default", {T(x)}, DType::kFloat32, {4, 8});
+  const int32_t y = b.node("aten::mul.Tensor", {T(e), T(g)}, DType::kFloat32, {4, 8});
+  b.copy_into(x, y);  // x.copy_(exp(x) * g)
+  const Schedule s = fuse(b.build());
+  ASSERT_EQ(s.groups.size(), 1u);
+  EXPECT_EQ(s.groups[0].nodes.size(), 3u);
+  EXPECT_FALSE(s.materialized[y]);
+}
+
+TEST(Fusion, ACopyIntoABufferItsSourceGroupReadsThroughAViewRunsApart) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {4, 4});
+  const int32_t xt = b.view(x, {4, 4}, {1, 4});
+  const int32_t e = b.node("aten::exp.default", {T(xt)}, DType::kFloat32, {4, 4});
+  b.copy_into(x, e);  // x.copy_(exp(x.t())): element (i, j) reads (j, i)
+  const Schedule s = fuse(b.build());
+  ASSERT_EQ(s.groups.size(), 2u);
+  EXPECT_TRUE(s.materialized[e]);
+}

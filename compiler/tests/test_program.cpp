@@ -2,6 +2,7 @@
 // and its errors, and the executor with extern calls.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "graph_builder.hpp"
@@ -170,4 +171,33 @@ TEST(ProgramFormat, RoundTripsAndRefusesDamagedBytes) {
   EXPECT_NE(error(other).find("version 9"), std::string::npos);
   // Every truncation is an error, never a crash.
   for (size_t n = 0; n < bytes.size(); n += 7) EXPECT_FALSE(error(bytes.substr(0, n)).empty()) << n;
+}
+
+TEST(Program, ACopyOfAFunctionOfAnInputIntoItRunsAsOneGroup) {
+  // x.copy_((exp(x) - g) * x + x), one fused group that reads every tile of
+  // x before it writes it; rows long enough for several tiles and threads.
+  constexpr int64_t kRows = 8, kCols = 3000;
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {kRows, kCols});
+  const int32_t g = b.input(DType::kFloat32, {kRows, 1});
+  const int32_t e = b.node("aten::exp.default", {T(x)}, DType::kFloat32, {kRows, kCols});
+  const int32_t d = b.node("aten::sub.Tensor", {T(e), T(g), Arg::integer(1)}, DType::kFloat32, {kRows, kCols});
+  const int32_t m = b.node("aten::mul.Tensor", {T(d), T(x)}, DType::kFloat32, {kRows, kCols});
+  const int32_t y = b.node("aten::add.Tensor", {T(m), T(x), Arg::integer(1)}, DType::kFloat32, {kRows, kCols});
+  b.copy_into(x, y);
+  const Program p = compile_graph(b.build());
+  ASSERT_EQ(p.steps.size(), 1u);
+  std::vector<float> xs(kRows * kCols), gs(kRows), want(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 97) / 97.0f - 0.5f;
+  for (int64_t r = 0; r < kRows; ++r) gs[r] = 0.25f * static_cast<float>(r);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float v = xs[i];
+    want[i] = (std::exp(v) - gs[i / kCols]) * v + v;
+  }
+  RunBuffers buf{{xs.data(), gs.data()}, {}, nullptr};
+  AlignedBytes arena(p.arena_bytes);
+  buf.arena = arena.data();
+  TestExterns none;
+  run_program(p, buf, none, threaded_for);
+  for (size_t i = 0; i < xs.size(); ++i) ASSERT_NEAR(xs[i], want[i], 1e-5f * (1 + std::fabs(want[i]))) << i;
 }
