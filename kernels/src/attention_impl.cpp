@@ -63,11 +63,65 @@ enum class Seen : uint8_t {
   kSome,  // the bias (mask, causal rule, -inf past the end) was written out
 };
 
+// What a mask holds over one row's block of keys, found once per call: a
+// compiled graph's causal or padding mask (a traced model cannot take the
+// is_causal shortcut) then costs a lookup per row and block, not a read, and
+// its hidden blocks are skipped as the causal rule's are.
+enum class MaskBlock : uint8_t {
+  kNoMask,  // no mask
+  kZeros,   // every bias 0
+  kHidden,  // every bias -inf
+  kMixed,   // anything else: the bias is read
+};
+
+class MaskBlocks {
+ public:
+  // Classifies every (batch, head, row, key block) of the mask the mask's own
+  // extents hold (a mask broadcast over batches, heads or rows is classified
+  // once).
+  MaskBlocks(const AttentionParams& p, const Dims& d, const ParallelFor& parallel_for) {
+    if (!p.mask.data) return;
+    batches_ = p.mask.strides[0] == 0 ? 1 : d.B;
+    heads_ = p.mask.strides[1] == 0 ? 1 : d.Hq;
+    rows_ = p.mask.strides[2] == 0 ? 1 : d.L;
+    blocks_ = (d.S + kBk - 1) / kBk;
+    cls_.resize(static_cast<size_t>(batches_ * heads_ * rows_ * blocks_));
+    parallel_for(batches_ * heads_ * rows_, [&](int64_t begin, int64_t end) {
+      std::vector<float> row(static_cast<size_t>(d.S));
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t i = r % rows_, h = (r / rows_) % heads_, b = r / (rows_ * heads_);
+        load_f32(at_element(p.mask, b, h, i, 0), p.mask.dtype, p.mask.strides[3], d.S, row.data());
+        for (int64_t k = 0; k < blocks_; ++k) {
+          const int64_t k0 = k * kBk, nk = std::min(kBk, d.S - k0);
+          bool zeros = true, hidden = true;
+          for (int64_t j = 0; j < nk; ++j) {
+            zeros &= row[k0 + j] == 0.0f;
+            hidden &= row[k0 + j] == kNegInf;
+          }
+          cls_[r * blocks_ + k] = hidden ? MaskBlock::kHidden : (zeros ? MaskBlock::kZeros : MaskBlock::kMixed);
+        }
+      }
+    });
+  }
+
+  MaskBlock of(int64_t b, int64_t h, int64_t i, int64_t k0) const {
+    if (cls_.empty()) return MaskBlock::kNoMask;
+    const int64_t mb = batches_ == 1 ? 0 : b, mh = heads_ == 1 ? 0 : h, mi = rows_ == 1 ? 0 : i;
+    return cls_[((mb * heads_ + mh) * rows_ + mi) * blocks_ + k0 / kBk];
+  }
+
+ private:
+  int64_t batches_ = 0, heads_ = 0, rows_ = 0, blocks_ = 0;
+  std::vector<MaskBlock> cls_;
+};
+
 // Row i's view of keys [k0, k0+nk); for kSome, its additive bias into dst[0..kBk).
-Seen bias_segment(const AttentionParams& p, int64_t b, int64_t h, int64_t i, int64_t k0,
-                  int64_t nk, float* dst) {
+Seen bias_segment(const AttentionParams& p, const MaskBlocks& mask, int64_t b, int64_t h, int64_t i,
+                  int64_t k0, int64_t nk, float* dst) {
   if (p.causal && k0 > i) return Seen::kNone;
-  if (!p.mask.data && nk == kBk && (!p.causal || k0 + kBk - 1 <= i)) return Seen::kAll;
+  const MaskBlock cls = mask.of(b, h, i, k0);
+  if (cls == MaskBlock::kHidden) return Seen::kNone;
+  if (cls != MaskBlock::kMixed && nk == kBk && (!p.causal || k0 + kBk - 1 <= i)) return Seen::kAll;
   if (p.mask.data) {
     load_f32(at_element(p.mask, b, h, i, k0), p.mask.dtype, p.mask.strides[3], nk, dst);
   } else {
@@ -282,7 +336,7 @@ inline void softmax_step(float* sc, const float* bias, float scale, float* pr, f
   m = m_new;
 }
 
-void forward_item(const AttentionParams& p, const Dims& d, const View4& out, float* lse,
+void forward_item(const AttentionParams& p, const Dims& d, const MaskBlocks& mask, const View4& out, float* lse,
                   int64_t b, int64_t hk, int64_t q0, int64_t nq, ForwardScratch& s) {
   const int64_t rows = d.G * nq;
   s.size(rows, d);
@@ -308,7 +362,7 @@ void forward_item(const AttentionParams& p, const Dims& d, const View4& out, flo
       const int64_t chunk = std::min(kForwardRows, rows - c0);
       bool any = false;
       for (int64_t u = 0; u < chunk; ++u) {
-        s.seen[u] = bias_segment(p, b, head(c0 + u), query(c0 + u), k0, nk, &s.bias[u * kBk]);
+        s.seen[u] = bias_segment(p, mask, b, head(c0 + u), query(c0 + u), k0, nk, &s.bias[u * kBk]);
         any |= s.seen[u] != Seen::kNone;
       }
       if (!any) continue;  // e.g. the unfilled part of a static KV cache
@@ -376,7 +430,7 @@ struct BackwardScratch {
   std::vector<Seen> seen;
 };
 
-void backward_item(const AttentionParams& p, const Dims& d, const View4& out, const float* lse,
+void backward_item(const AttentionParams& p, const Dims& d, const MaskBlocks& mask, const View4& out, const float* lse,
                    const View4& grad_out, const AttentionGrads& g, int64_t b, int64_t hk,
                    BackwardScratch& s) {
   const int64_t rows = d.G * d.L;
@@ -423,7 +477,7 @@ void backward_item(const AttentionParams& p, const Dims& d, const View4& out, co
         const int64_t r = c0 + u;
         s.seen[u] = s.lse[r] == kNegInf  // the row saw no key: no gradient
                         ? Seen::kNone
-                        : bias_segment(p, b, head(r), query(r), k0, nk, &s.bias[u * kBk]);
+                        : bias_segment(p, mask, b, head(r), query(r), k0, nk, &s.bias[u * kBk]);
         any |= s.seen[u] != Seen::kNone;
       }
       if (!any) continue;
@@ -500,6 +554,7 @@ void forward(const AttentionParams& p, const View4& out, float* lse,
   // worth of arithmetic; items stay many enough to keep threads busy.
   const int64_t nq = std::clamp<int64_t>(256 / d.G, 1, d.L);
   const int64_t qblocks = (d.L + nq - 1) / nq;
+  const MaskBlocks mask(p, d, parallel_for);
   parallel_for(d.B * d.Hkv * qblocks, [&](int64_t begin, int64_t end) {
     ForwardScratch s;
     for (int64_t item = begin; item < end; ++item) {
@@ -510,7 +565,7 @@ void forward(const AttentionParams& p, const View4& out, float* lse,
       const int64_t hk = (item / qblocks) % d.Hkv;
       const int64_t b = item / (qblocks * d.Hkv);
       const int64_t q0 = qb * nq;
-      forward_item(p, d, out, lse, b, hk, q0, std::min(nq, d.L - q0), s);
+      forward_item(p, d, mask, out, lse, b, hk, q0, std::min(nq, d.L - q0), s);
     }
   });
 }
@@ -519,10 +574,11 @@ void backward(const AttentionParams& p, const View4& out, const float* lse,
               const View4& grad_out, const AttentionGrads& g, const ParallelFor& parallel_for) {
   const Dims d = dims_of(p);
   if (d.B == 0 || d.Hkv == 0) return;
+  const MaskBlocks mask(p, d, parallel_for);
   parallel_for(d.B * d.Hkv, [&](int64_t begin, int64_t end) {
     BackwardScratch s;
     for (int64_t item = begin; item < end; ++item) {
-      backward_item(p, d, out, lse, grad_out, g, item / d.Hkv, item % d.Hkv, s);
+      backward_item(p, d, mask, out, lse, grad_out, g, item / d.Hkv, item % d.Hkv, s);
     }
   });
 }

@@ -20,7 +20,11 @@ namespace {
 using nk_test::Buffer;
 using nk_test::threaded_for;
 
-enum class MaskKind { kNone, kPadding, kRandom, kSlidingWindow, kHeadBroadcast, kAllHiddenRow };
+// kCausalBroadcast: the causal rule as a mask of one batch and head (how a
+// traced model passes it), many whole blocks of zeros and of -inf.
+// kRowBroadcast: one padding row for every query (a mask [B, 1, 1, S]).
+enum class MaskKind { kNone, kPadding, kRandom, kSlidingWindow, kHeadBroadcast, kAllHiddenRow, kCausalBroadcast,
+                      kRowBroadcast };
 
 struct Case {
   const char* name;
@@ -93,11 +97,15 @@ struct Problem {
                 case MaskKind::kSlidingWindow: m = (j > i || j + 5 <= i) ? -inf : 0.0; break;
                 case MaskKind::kHeadBroadcast: m = (j <= i + (c.S - c.L)) ? 0.0 : -inf; break;
                 case MaskKind::kAllHiddenRow: m = (i == 1) ? -inf : 0.0; break;
+                case MaskKind::kCausalBroadcast: m = j <= i ? 0.0 : -inf; break;
+                case MaskKind::kRowBroadcast: m = j < 70 * b ? -inf : 0.0; break;
                 case MaskKind::kNone: break;
               }
               mask.set(size_t(p.mask.offset(b, h, i, j)), m);
             }
       if (c.mask == MaskKind::kHeadBroadcast) p.mask.strides[1] = 0;  // every head reads head 0
+      if (c.mask == MaskKind::kCausalBroadcast) p.mask.strides[0] = p.mask.strides[1] = 0;
+      if (c.mask == MaskKind::kRowBroadcast) p.mask.strides[1] = p.mask.strides[2] = 0;
     }
   }
 
@@ -223,6 +231,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"unmasked_full_blocks", 1, 2, 1, 50, 130, 64, 64, false, MaskKind::kNone, D::kFloat32, false},
         Case{"decode_odd_head_size", 2, 4, 2, 1, 150, 20, 12, false, MaskKind::kPadding, D::kFloat32, false},
         Case{"fully_hidden_row", 1, 2, 1, 4, 8, 8, 8, false, MaskKind::kAllHiddenRow, D::kFloat32, false},
+        Case{"causal_as_mask", 2, 6, 2, 200, 200, 32, 32, false, MaskKind::kCausalBroadcast, D::kFloat32, true},
+        Case{"bf16_causal_as_mask", 1, 4, 2, 130, 130, 64, 64, false, MaskKind::kCausalBroadcast, D::kBFloat16,
+             false},
+        Case{"padding_row_broadcast", 3, 4, 2, 9, 200, 16, 16, false, MaskKind::kRowBroadcast, D::kFloat32, false},
         Case{"causal_more_keys", 1, 2, 2, 3, 10, 8, 8, true, MaskKind::kNone, D::kFloat32, false},
         Case{"causal_more_queries", 1, 2, 2, 10, 3, 8, 8, true, MaskKind::kNone, D::kFloat32, false},
         Case{"bf16_causal_gqa", 1, 4, 2, 66, 66, 64, 64, true, MaskKind::kNone, D::kBFloat16, true},
