@@ -410,21 +410,33 @@ void run_nn(const Problem& pr, const ParallelFor& parallel_for) {
 // (kBf16DotStreamRows): each column is read once from memory, and every
 // row's vdpbf16ps takes it from the register it was loaded into, so no row
 // converts it (nt_stream converts it once per row). One sequential stream
-// per thread, as nt_stream. With more rows the sums' latency and the lane
-// reductions per column cost more than the tiles' extra streams: measured on
-// an AMD Zen 5, 2 to 6 rows read 768 x 2048 weights at 40-55 GB/s instead of
-// 33-43, while 8 rows fell from 40 to 26 and two interleaved columns a pass
-// fell to 23 at 2 to 4 rows.
+// per thread, as nt_stream. Measured on an AMD Zen 5 (benchmarks/linear.py,
+// 768 x 2048): 2 to 6 rows read at 38-43 GB/s where the tiles read 33-43 and
+// one row 29-33 in the same runs; from 8 rows on, rows take passes of four
+// over each column and the vdpbf16ps themselves bound the time (8 rows 85
+// against the tiles' 78 us, 12 rows 228 against 91), and two interleaved
+// columns a pass fell to 23 GB/s at 2 to 4 rows.
 constexpr int64_t kBf16DotStreamRows = 6;
 
 template <int MR>
 inline void column_dots_bf16(const uint16_t* const* xr, const uint16_t* wc, int64_t kv, float* sums) {
-  __m512 acc[4];
-  for (int i = 0; i < 4; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kv; k += 32) {
-    const __m512bh wv = (__m512bh)_mm512_loadu_si512(wc + k);
-    for (int i = 0; i < MR; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_loadu_si512(xr[i] + k), wv);
+  // Two sums per row (even and odd stretches of 32): a row's vdpbf16ps
+  // otherwise waits for its previous one.
+  __m512 acc[4], odd[4];
+  for (int i = 0; i < 4; ++i) acc[i] = odd[i] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 64 <= kv; k += 64) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wc + k), w1 = (__m512bh)_mm512_loadu_si512(wc + k + 32);
+    for (int i = 0; i < MR; ++i) {
+      acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_loadu_si512(xr[i] + k), w0);
+      odd[i] = _mm512_dpbf16_ps(odd[i], (__m512bh)_mm512_loadu_si512(xr[i] + k + 32), w1);
+    }
   }
+  if (k < kv) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wc + k);
+    for (int i = 0; i < MR; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_loadu_si512(xr[i] + k), w0);
+  }
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_add_ps(acc[i], odd[i]);
   vecf parts[4];
   __builtin_memcpy(parts, acc, sizeof parts);
   lane_sums4(parts, sums);
