@@ -41,8 +41,9 @@ compiling each AOT graph; AOTAutograd's tracing, which Inductor pays too, is
 shown apart), and the share of each AOT graph's nodes that ran as fused groups,
 the device's kernels or library matrix products (target: >= 90% for the Llama
 decode and training graphs). For bfloat16 decode at batch 1 it also prints the bandwidth bound:
-the streaming read bandwidth (measured at the start of the run and again after
-the case; the higher counts) over the bytes a
+the device's streaming read bandwidth (sums over 512 MiB of device memory in
+the neuron peer's process, just before and after its timed decoding; the
+higher counts) over the bytes a
 decoding step reads (every weight but the input embedding table, of which it
 reads one row, and the static KV cache; target: >= 70% of it).
 """
@@ -244,16 +245,17 @@ def lowered_nodes(records):
 # ---- decoding -------------------------------------------------------------------
 
 
-def read_bandwidth(torch):
-    """Streaming read bandwidth of this machine's intra-op threads (bytes/s): the
-    best of a few sums and maxima over 512 MiB, far beyond any cache. Measured
-    in the benchmark's parent process, where no device threads run: measured
-    beside a neuron run's threads, it came out a quarter lower."""
-    x = torch.ones(128 * 1024 * 1024)
+def read_bandwidth(torch, device="cpu"):
+    """Streaming read bandwidth (bytes/s): the best of a few sums and maxima
+    over 512 MiB, far beyond any cache, by `device`'s threads (the CPU's
+    intra-op threads, or the neuron device's own, which run its kernels)."""
+    x = torch.ones(128 * 1024 * 1024, device=device)
     best = float("inf")
     for reduce in (torch.sum, torch.amax) * 3:
+        sync(x.device)
         t = time.perf_counter()
         reduce(x)
+        sync(x.device)
         best = min(best, time.perf_counter() - t)
     return x.numel() * x.element_size() / best
 
@@ -286,8 +288,15 @@ def measure_decode(case, peer, dtype_name, quick, repeats):
         assert out.shape[1] == 16 + new_tokens
         return out
 
+    # The machine's streaming bandwidth drifts from minute to minute (shared
+    # memory channels; 45 and 81 GB/s within one run): the bound takes the
+    # device's own streaming reads just before and after the timed decoding.
+    bandwidths = [read_bandwidth(torch, device)] if peer == "neuron" and batch == 1 else []
     first, steady = steady_seconds(step, device, repeats)
-    out = {"tokens_per_s": batch * new_tokens / steady, "first_s": first, **backend_share(peer)}
+    if bandwidths:
+        bandwidths.append(read_bandwidth(torch, device))
+    out = {"tokens_per_s": batch * new_tokens / steady, "first_s": first, "bandwidths": bandwidths,
+           **backend_share(peer)}
     if peer in ("neuron", "neuron_warm"):
         import torchneuron
 
@@ -323,7 +332,7 @@ def measure(case, peer, dtype_name, quick, repeats):
 # ---- report -----------------------------------------------------------------------
 
 
-def report(case, dtype_name, r, bandwidths):
+def report(case, dtype_name, r):
     decode = case.startswith("decode")
     speed = {p: (r[p]["tokens_per_s"] if decode else 1.0 / r[p]["steady_s"]) for p in r}
     unit = "tokens/s" if decode else "ms/step"
@@ -350,11 +359,13 @@ def report(case, dtype_name, r, bandwidths):
     if decode:
         print(f"  {'':<12}recompilations after the first call: {n['recompiles_after_first_call']}")
         if case == "decode_bs1":
-            bound = max(bandwidths) / n["model_bytes"]
-            measured = " and ".join(f"{b / 1e9:.1f}" for b in bandwidths)
+            bandwidth = max(n["bandwidths"])
+            bound = bandwidth / n["model_bytes"]
+            measured = " and ".join(f"{b / 1e9:.1f}" for b in n["bandwidths"])
             print(f"  {'':<12}bandwidth bound {bound:.1f} tokens/s ({n['model_bytes'] / 1e6:.0f} MB read "
-                  f"per token at {max(bandwidths) / 1e9:.1f} GB/s, the higher of {measured} measured at the "
-                  f"start and after the case): neuron at {100 * speed['neuron'] / bound:.0f}% of it", flush=True)
+                  f"per token at {bandwidth / 1e9:.1f} GB/s, the higher of the device's {measured} measured "
+                  f"just before and after the timed decoding): neuron at {100 * speed['neuron'] / bound:.0f}% "
+                  f"of it", flush=True)
 
 
 def main():
@@ -394,11 +405,7 @@ def main():
                 results[peer] = measure_in_fresh_process(
                     __file__, device, case, peer, dtype_name, int(args.quick),
                     "--repeats", args.repeats)
-            # The machine's streaming bandwidth drifts from minute to minute (shared
-            # memory channels): measured again beside the decode case, the higher
-            # figure (the stricter bound) counts.
-            bandwidths = (bandwidth, read_bandwidth(torch)) if case == "decode_bs1" else (bandwidth,)
-            report(case, dtype_name, results, bandwidths)
+            report(case, dtype_name, results)
 
 
 if __name__ == "__main__":
