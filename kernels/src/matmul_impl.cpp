@@ -185,6 +185,25 @@ inline vecf column_dot(const float* x, const typename Elem<D>::Storage* w, int64
   return a0 + a1;
 }
 
+// Column streams of bfloat16 weights ask for the lines 4 KB ahead of the
+// column they start, when columns are short (a hidden size of up to 1024)
+// and lie back to back: the hardware prefetchers then run far enough ahead.
+// Interleaved A/B on an AMD Zen 5 (768-wide columns, 1 to 4 rows): 5-18%
+// faster; 2048-wide columns 2-5% slower, float32 and float16 even.
+constexpr int64_t kStreamPrefetchBytes = 4096;
+
+inline bool prefetches_ahead(int64_t column_bytes, int64_t stride_bytes) {
+  return column_bytes <= 2048 && stride_bytes == column_bytes;
+}
+
+// The lines of the column_bytes starting kStreamPrefetchBytes past `column`,
+// up to `end` (the thread's last column).
+inline void prefetch_ahead(const void* column, const void* end, int64_t column_bytes) {
+  const char* from = static_cast<const char*>(column) + kStreamPrefetchBytes;
+  const char* to = std::min(from + column_bytes, static_cast<const char*>(end));
+  for (const char* line = from; line < to; line += 64) prefetch_line(line);
+}
+
 // "nt", columns n0 .. n1, every row (M <= stream_rows): each column is
 // read from memory once, by the first row's dot product, and stays in L1 for
 // the others; the rows' lane sums are folded together, four at a time.
@@ -194,8 +213,10 @@ void nt_stream(const Problem& pr, int64_t n0, int64_t n1) {
   static_assert(kSkinnyMaxRows % 4 == 0, "lane_sums4 folds four rows");
   const int64_t K = pr.K, kv = K / kLanes * kLanes, ld = pr.p.w.col_stride;
   const auto* w = as<D>(pr.p.w.data);
+  const bool prefetch = D == DType::kBFloat16 && prefetches_ahead(K * 2, ld * 2);
   for (int64_t n = n0; n < n1; ++n) {
     const auto* wc = w + n * ld;
+    if (prefetch) prefetch_ahead(wc, w + n1 * ld, K * 2);
     // Rows up to the next multiple of 4 (what lane_sums4 reads); the rest
     // stay unset, so one row zeroes no more than four vectors.
     vecf part[kSkinnyMaxRows];
@@ -449,8 +470,10 @@ void nt_stream_bf16_dot(const Problem& pr, int64_t n0, int64_t n1) {
   const auto* x = as<DType::kBFloat16>(pr.p.x.data);
   const uint16_t* xr[kBf16DotStreamRows];
   for (int64_t m = 0; m < pr.M; ++m) xr[m] = x + m * pr.p.x.row_stride;
+  const bool prefetch = prefetches_ahead(K * 2, ld * 2);
   for (int64_t n = n0; n < n1; ++n) {
     const uint16_t* wc = w + n * ld;
+    if (prefetch) prefetch_ahead(wc, w + n1 * ld, K * 2);
     float sums[kBf16DotStreamRows + 4];
     for (int64_t m0 = 0; m0 < pr.M; m0 += 4) {  // a second pass reads the column from L1
       switch (std::min<int64_t>(4, pr.M - m0)) {
