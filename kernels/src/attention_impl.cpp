@@ -86,7 +86,11 @@ class MaskBlocks {
     rows_ = p.mask.strides[2] == 0 ? 1 : d.L;
     blocks_ = (d.S + kBk - 1) / kBk;
     cls_.resize(static_cast<size_t>(batches_ * heads_ * rows_ * blocks_));
-    parallel_for(batches_ * heads_ * rows_, [&](int64_t begin, int64_t end) {
+    // A decode step's mask (one row) is read on the calling thread: handing
+    // out a few hundred values would cost more than reading them.
+    constexpr int64_t kParallelValues = int64_t{1} << 16;
+    const ParallelFor& pf = batches_ * heads_ * rows_ * d.S < kParallelValues ? ParallelFor(serial_for) : parallel_for;
+    pf(batches_ * heads_ * rows_, [&](int64_t begin, int64_t end) {
       std::vector<float> row(static_cast<size_t>(d.S));
       for (int64_t r = begin; r < end; ++r) {
         const int64_t i = r % rows_, h = (r / rows_) % heads_, b = r / (rows_ * heads_);
