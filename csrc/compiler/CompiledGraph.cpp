@@ -206,7 +206,6 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& given)
                      [program = program_, externs = externs_, names = step_names_, storages, device, turns]() {
                        nc::RunBuffers buffers;
                        for (size_t i = 0; i < storages->inputs.size(); ++i) {
-                         const nc::Layout& l = program->values[program->inputs[i]].layout;
                          buffers.inputs.push_back(static_cast<char*>(storages->inputs[i].mutable_data()) +
                                                   storages->input_offset_bytes[i]);
                        }

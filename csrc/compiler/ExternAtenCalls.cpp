@@ -134,9 +134,9 @@ bool is_one(const nc::Arg& a) { return a.kind == nc::Arg::Kind::kNone || (a.is_s
 
 // mm and addmm (beta = alpha = 1) with few rows run the device's skinny matmul,
 // as eager neuron runs them, straight into the planned output buffer.
-bool ExternAtenCalls::run_skinny_matmul(const nc::Program& p, const nc::Step& step, const ProgramStorages& storages) {
-  const bool mm = step.node.op == "aten::mm.default";
-  const bool addmm = step.node.op == "aten::addmm.default";
+bool ExternAtenCalls::run_skinny_matmul(const nc::Program& p, const nc::Step& step, const ProgramStorages& storages,
+                                        Runner form) {
+  const bool mm = form == Runner::kMm, addmm = form == Runner::kAddmm;
   if ((!mm && !addmm) || step.node.outputs.size() != 1 || step.node.outputs[0] < 0) return false;
   const auto& a = step.node.args;
   if (addmm && (a.size() < 5 || !is_one(a[3]) || !is_one(a[4]))) return false;
@@ -159,10 +159,11 @@ bool ExternAtenCalls::run_skinny_matmul(const nc::Program& p, const nc::Step& st
 // float32 mm, addmm, bmm and baddbmm that eager neuron runs through oneDNN
 // (Matmul.h) run so here too, straight into the planned output buffer: the
 // same arithmetic as eager, faster than ATen's MKL where oneDNN is chosen.
-bool ExternAtenCalls::run_onednn_gemm(const nc::Program& p, const nc::Step& step, const ProgramStorages& storages) {
-  const bool batched = step.node.op == "aten::bmm.default" || step.node.op == "aten::baddbmm.default";
-  const bool mm = step.node.op == "aten::mm.default" || step.node.op == "aten::bmm.default";
-  const bool addmm = step.node.op == "aten::addmm.default" || step.node.op == "aten::baddbmm.default";
+bool ExternAtenCalls::run_onednn_gemm(const nc::Program& p, const nc::Step& step, const ProgramStorages& storages,
+                                      Runner form) {
+  const bool batched = form == Runner::kBmm || form == Runner::kBaddbmm;
+  const bool mm = form == Runner::kMm || form == Runner::kBmm;
+  const bool addmm = form == Runner::kAddmm || form == Runner::kBaddbmm;
   if ((!mm && !addmm) || step.node.outputs.size() != 1 || step.node.outputs[0] < 0) return false;
   const auto& a = step.node.args;
   const size_t xi = mm ? 0 : 1;
@@ -194,8 +195,9 @@ bool ExternAtenCalls::run_onednn_gemm(const nc::Program& p, const nc::Step& step
 // mm.dtype / addmm.dtype with out_dtype float32 (the pattern pass's product
 // of bfloat16 operands cast to float32): the mixed-precision GEMM, straight
 // into the planned output buffer. ATen has no CPU kernel for these overloads.
-bool ExternAtenCalls::run_upcast_gemm(const nc::Program& p, const nc::Step& step, const ProgramStorages& storages) {
-  const bool mm = step.node.op == "aten::mm.dtype", addmm = step.node.op == "aten::addmm.dtype";
+bool ExternAtenCalls::run_upcast_gemm(const nc::Program& p, const nc::Step& step, const ProgramStorages& storages,
+                                      Runner form) {
+  const bool mm = form == Runner::kUpcastMm, addmm = form == Runner::kUpcastAddmm;
   if ((!mm && !addmm) || step.node.outputs.size() != 1 || step.node.outputs[0] < 0) return false;
   const auto& a = step.node.args;
   const size_t xi = mm ? 0 : 1;
@@ -222,9 +224,8 @@ bool ExternAtenCalls::run_upcast_gemm(const nc::Program& p, const nc::Step& step
 // output, `src` into the output's slice. (The planner never gives an output
 // the memory of a value the same step reads.)
 bool ExternAtenCalls::run_scatter_into_view(const nc::Program& p, const nc::Step& step,
-                                            const ProgramStorages& storages) {
-  const bool slice = step.node.op == "aten::slice_scatter.default";
-  const bool select = step.node.op == "aten::select_scatter.default";
+                                            const ProgramStorages& storages, Runner form) {
+  const bool slice = form == Runner::kSliceScatter, select = form == Runner::kSelectScatter;
   if ((!slice && !select) || step.node.outputs.size() != 1 || step.node.outputs[0] < 0) return false;
   const auto& a = step.node.args;
   if (a.size() != (slice ? 6u : 4u) || a[0].kind != nc::Arg::Kind::kTensor || a[1].kind != nc::Arg::Kind::kTensor ||
@@ -317,7 +318,7 @@ ExternAtenCalls::ExternAtenCalls(const nc::Program& p) : by_step_(p.steps.size()
     // Matrix products the skinny matmul takes run on the device's threads:
     // they must not make the step lend ATen's OpenMP team (whose spinning
     // threads would take the cores those threads need).
-    if ((s.node.op == "aten::mm.default" || s.node.op == "aten::addmm.default") && !s.node.outputs.empty() &&
+    if ((r.runner == Runner::kMm || r.runner == Runner::kAddmm) && !s.node.outputs.empty() &&
         s.node.outputs[0] >= 0 && p.values[s.node.outputs[0]].layout.sizes.size() == 2 &&
         native::skinny_matmul_takes_rows(scalar_type_of(p.values[s.node.outputs[0]].layout.dtype),
                                          p.values[s.node.outputs[0]].layout.sizes[0])) {
@@ -360,14 +361,14 @@ ExternAtenCalls::Runner ExternAtenCalls::runner_of(const std::string& op) {
       {"aten::empty_like.default", Runner::kUninitialized},
       {"aten::new_empty.default", Runner::kUninitialized},
       {"aten::new_empty_strided.default", Runner::kUninitialized},
-      {"aten::mm.default", Runner::kProduct},
-      {"aten::addmm.default", Runner::kProduct},
-      {"aten::bmm.default", Runner::kProduct},
-      {"aten::baddbmm.default", Runner::kProduct},
-      {"aten::mm.dtype", Runner::kUpcastProduct},
-      {"aten::addmm.dtype", Runner::kUpcastProduct},
-      {"aten::slice_scatter.default", Runner::kScatter},
-      {"aten::select_scatter.default", Runner::kScatter},
+      {"aten::mm.default", Runner::kMm},
+      {"aten::addmm.default", Runner::kAddmm},
+      {"aten::bmm.default", Runner::kBmm},
+      {"aten::baddbmm.default", Runner::kBaddbmm},
+      {"aten::mm.dtype", Runner::kUpcastMm},
+      {"aten::addmm.dtype", Runner::kUpcastAddmm},
+      {"aten::slice_scatter.default", Runner::kSliceScatter},
+      {"aten::select_scatter.default", Runner::kSelectScatter},
       {"aten::embedding_dense_backward.default", Runner::kEmbeddingBackward},
   };
   const auto it = kRunners.find(op);
@@ -406,14 +407,19 @@ void ExternAtenCalls::run(const Resolved& r, const nc::Program& p, const nc::Ste
       return;
     }
     case Runner::kUninitialized: return;
-    case Runner::kProduct:
-      if (run_skinny_matmul(p, step, storages) || run_onednn_gemm(p, step, storages)) return;
+    case Runner::kMm:
+    case Runner::kAddmm:
+    case Runner::kBmm:
+    case Runner::kBaddbmm:
+      if (run_skinny_matmul(p, step, storages, r.runner) || run_onednn_gemm(p, step, storages, r.runner)) return;
       break;
-    case Runner::kUpcastProduct:
-      if (run_upcast_gemm(p, step, storages)) return;
+    case Runner::kUpcastMm:
+    case Runner::kUpcastAddmm:
+      if (run_upcast_gemm(p, step, storages, r.runner)) return;
       break;
-    case Runner::kScatter:
-      if (run_scatter_into_view(p, step, storages)) return;
+    case Runner::kSliceScatter:
+    case Runner::kSelectScatter:
+      if (run_scatter_into_view(p, step, storages, r.runner)) return;
       break;
     case Runner::kEmbeddingBackward:
       if (run_embedding_backward_into(p, step, storages)) return;

@@ -53,9 +53,14 @@ class ExternAtenCalls {
     kCopyInto,           // the compiler's copy into a view (neuroncompiler::kCopyInto)
     kUninitialized,      // empty, new_empty, ...: the planned buffer as it is, no work (ATen's
                          // kernel would fault in fresh memory to be copied there)
-    kProduct,            // mm, addmm, bmm, baddbmm: the skinny matmul or oneDNN
-    kUpcastProduct,      // mm.dtype, addmm.dtype: the mixed-precision GEMM
-    kScatter,            // slice_scatter, select_scatter: into the planned buffer
+    kMm,                 // mm, addmm, bmm, baddbmm: the skinny matmul or oneDNN
+    kAddmm,
+    kBmm,
+    kBaddbmm,
+    kUpcastMm,           // mm.dtype, addmm.dtype: the mixed-precision GEMM
+    kUpcastAddmm,
+    kSliceScatter,       // slice_scatter, select_scatter: into the planned buffer
+    kSelectScatter,
     kEmbeddingBackward,  // embedding_dense_backward: into the planned buffer
   };
   static Runner runner_of(const std::string& op);
@@ -76,13 +81,13 @@ class ExternAtenCalls {
     Runner runner = Runner::kAten;
   };
   static bool run_skinny_matmul(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
-                                const ProgramStorages& storages);
+                                const ProgramStorages& storages, Runner form);
   static bool run_onednn_gemm(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
-                              const ProgramStorages& storages);
+                              const ProgramStorages& storages, Runner form);
   static bool run_upcast_gemm(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
-                              const ProgramStorages& storages);
+                              const ProgramStorages& storages, Runner form);
   static bool run_scatter_into_view(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
-                                    const ProgramStorages& storages);
+                                    const ProgramStorages& storages, Runner form);
   static bool run_embedding_backward_into(const neuroncompiler::Program& program, const neuroncompiler::Step& step,
                                           const ProgramStorages& storages);
   static void run(const Resolved& r, const neuroncompiler::Program& program, const neuroncompiler::Step& step,
