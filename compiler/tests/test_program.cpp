@@ -201,3 +201,30 @@ TEST(Program, ACopyOfAFunctionOfAnInputIntoItRunsAsOneGroup) {
   run_program(p, buf, none, threaded_for);
   for (size_t i = 0; i < xs.size(); ++i) ASSERT_NEAR(xs[i], want[i], 1e-5f * (1 + std::fabs(want[i]))) << i;
 }
+
+TEST(Program, AnInPlaceCopyKeepsTheBuffersOldValuesForLaterMembers) {
+  // y = exp(x); z = y * x (an output, computed after y); x.copy_(y). z must
+  // read x as it was: y may not be written into x before z's product.
+  constexpr int64_t kRows = 4, kCols = 2500;
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {kRows, kCols});
+  const int32_t y = b.node("aten::exp.default", {T(x)}, DType::kFloat32, {kRows, kCols});
+  const int32_t z = b.node("aten::mul.Tensor", {T(y), T(x)}, DType::kFloat32, {kRows, kCols});
+  b.copy_into(x, y);
+  b.output(z);
+  const Program p = compile_graph(b.build());
+  ASSERT_EQ(p.steps.size(), 1u);
+  std::vector<float> xs(kRows * kCols), zs(xs.size()), before(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 89) / 89.0f - 0.5f;
+  before = xs;
+  RunBuffers buf{{xs.data()}, {zs.data()}, nullptr};
+  AlignedBytes arena(p.arena_bytes);
+  buf.arena = arena.data();
+  TestExterns none;
+  run_program(p, buf, none, threaded_for);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float e = std::exp(before[i]);
+    ASSERT_NEAR(xs[i], e, 1e-5f * (1 + e)) << i;
+    ASSERT_NEAR(zs[i], e * before[i], 1e-5f * (1 + std::fabs(e * before[i]))) << i;
+  }
+}
