@@ -35,6 +35,7 @@
 namespace neuronkernels::NK_ISA {
 namespace {
 
+#include "element_vectors.hpp"
 #include "matmul_vectors.hpp"
 
 // "nt" tiles: up to MaxRows rows of x by Cols columns of w (the unit the

@@ -15,29 +15,29 @@
 #include "rows_impl.hpp"
 #include "numeric.hpp"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "isa_region_begin.hpp"
 
 namespace neuronkernels::NK_ISA {
 namespace {
 
 #include "attention_vec.hpp"
+#include "element_vectors.hpp"
 
 // n elements from p (of type t) as float32 into dst, zero-padded to whole vectors.
 void to_f32(const void* p, DType t, int64_t n, float* dst) {
-  if (t == DType::kFloat32) {
-    std::memcpy(dst, p, size_t(n) * 4);
-  } else if (t == DType::kBFloat16) {
-    const uint16_t* s = static_cast<const uint16_t*>(p);
-    for (int64_t i = 0; i < n; ++i) {
-      const uint32_t u = uint32_t(s[i]) << 16;
-      std::memcpy(dst + i, &u, 4);
-    }
-  } else {
-    const uint16_t* s = static_cast<const uint16_t*>(p);
-    for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
-  }
+  load_row(p, t, n, dst);
   const int64_t padded = (n + kLanes - 1) / kLanes * kLanes;
   for (int64_t i = n; i < padded; ++i) dst[i] = 0.0f;
+}
+
+// row[i] = (row[i] - mean) * rstd rounded to D, over whole vectors.
+template <DType D>
+void normalize_rounded(float* row, int64_t padded, vec m, vec s) {
+  for (int64_t i = 0; i < padded; i += kLanes) vstore(row + i, Elem<D>::round_vec((vload(row + i) - m) * s));
 }
 
 float sum(const float* a, int64_t n) {  // n a multiple of kLanes
@@ -83,18 +83,16 @@ void norm_row(const RowNormParams& p, int64_t r, float* row, float* w, float* b)
   if (p.rstd) store_one(p.rstd, p.stat_dtype, r, rstd);
   void* y = static_cast<char*>(p.y.data) + r * p.y.stride * int64_t(dtype_size(p.y.dtype));
   const vec m = vsplat(mean), s = vsplat(rstd);
-  if (p.round_normalized && p.normalized_dtype != DType::kFloat32) {
-    for (int64_t i = 0; i < C; ++i) row[i] = round_to((row[i] - mean) * rstd, p.normalized_dtype);
+  if (p.round_normalized && p.normalized_dtype == DType::kBFloat16) {
+    normalize_rounded<DType::kBFloat16>(row, padded, m, s);
+  } else if (p.round_normalized && p.normalized_dtype == DType::kFloat16) {
+    normalize_rounded<DType::kFloat16>(row, padded, m, s);
   } else {
     for (int64_t i = 0; i < padded; i += kLanes) vstore(row + i, (vload(row + i) - m) * s);
   }
   if (w) for (int64_t i = 0; i < padded; i += kLanes) vstore(row + i, vload(row + i) * vload(w + i));
   if (b) for (int64_t i = 0; i < padded; i += kLanes) vstore(row + i, vload(row + i) + vload(b + i));
-  if (p.y.dtype == DType::kFloat32) {
-    std::memcpy(y, row, size_t(C) * 4);
-  } else {
-    for (int64_t i = 0; i < C; ++i) store_one(y, p.y.dtype, i, row[i]);
-  }
+  store_row(row, C, p.y.dtype, y);
 }
 
 }  // namespace

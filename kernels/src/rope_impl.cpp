@@ -1,15 +1,21 @@
 // Rotary embedding on one instruction set (see rope.hpp for what and why).
 //
-// A row is D elements of x with its rows of cos and sin. For float32 the two
-// halves are computed in vectors (x1 * c1 - x2 * s1 and x2 * c2 + x1 * s2,
-// each product rounded on its own: this file is built without contraction
-// into fused multiply-adds); 16-bit types go element by element, rounding
-// each product and the sum to the output's type as eager does.
+// A row is D elements of x with its rows of cos and sin. The two halves are
+// computed in vectors (x1 * c1 - x2 * s1 and x2 * c2 + x1 * s2, each product
+// rounded on its own: this file is built without contraction into fused
+// multiply-adds). Float32 rows are read in place; other types are converted
+// to float32 row by row, and each product and the sum are rounded to the
+// output's type, as eager's separate multiplications and addition round.
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "numeric.hpp"
 #include "rows_impl.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "isa_region_begin.hpp"
 
@@ -17,6 +23,7 @@ namespace neuronkernels::NK_ISA {
 namespace {
 
 #include "attention_vec.hpp"
+#include "element_vectors.hpp"
 
 // out[i] = x[i] * c[i] + r[i] * s[i], r = (-x2, x1), every operation rounded.
 void rope_row_f32(const float* x, const float* c, const float* s, float* out, int64_t half) {
@@ -36,14 +43,41 @@ void rope_row_f32(const float* x, const float* c, const float* s, float* out, in
   }
 }
 
-void rope_row(const RopeParams& p, const char* x, const char* c, const char* s, char* out, int64_t half) {
-  const DType tx = p.x.dtype, tc = p.cos.dtype, ts = p.sin.dtype, to = p.out.dtype;
-  for (int64_t i = 0; i < half; ++i) {
-    const float x1 = load_one(x, tx, i), x2 = load_one(x, tx, half + i);
-    const float a1 = round_to(x1 * load_one(c, tc, i), to), b1 = round_to(-x2 * load_one(s, ts, i), to);
-    const float a2 = round_to(x2 * load_one(c, tc, half + i), to), b2 = round_to(x1 * load_one(s, ts, half + i), to);
-    store_one(out, to, i, a1 + b1);
-    store_one(out, to, half + i, a2 + b2);
+// The same for any types: x, cos and sin rows converted into f (3 x D
+// floats), every product rounded to O, the output's type.
+template <DType O>
+void rope_row_rounded(const RopeParams& p, const char* x, const char* c, const char* s, char* out, int64_t half,
+                      float* f) {
+  using E = Elem<O>;
+  const int64_t D = 2 * half;
+  float *fx = f, *fc = f + D, *fs = f + 2 * D;
+  load_row(x, p.x.dtype, D, fx);
+  load_row(c, p.cos.dtype, D, fc);
+  load_row(s, p.sin.dtype, D, fs);
+  auto* o = reinterpret_cast<typename E::Storage*>(out);
+  int64_t i = 0;
+  for (; i + kLanes <= half; i += kLanes) {
+    const vec x1 = vload(fx + i), x2 = vload(fx + half + i);
+    const vec a1 = E::round_vec(x1 * vload(fc + i)), b1 = E::round_vec(x2 * vload(fs + i));
+    const vec a2 = E::round_vec(x2 * vload(fc + half + i)), b2 = E::round_vec(x1 * vload(fs + half + i));
+    E::store_vec(o + i, a1 - b1);  // a1 + round(-x2 * s1): rounding to nearest is symmetric
+    E::store_vec(o + half + i, a2 + b2);
+  }
+  for (; i < half; ++i) {
+    const float x1 = fx[i], x2 = fx[half + i];
+    const float a1 = round_to(x1 * fc[i], O), b1 = round_to(-x2 * fs[i], O);
+    const float a2 = round_to(x2 * fc[half + i], O), b2 = round_to(x1 * fs[half + i], O);
+    E::store(o + i, a1 + b1);
+    E::store(o + half + i, a2 + b2);
+  }
+}
+
+void rope_row(const RopeParams& p, const char* x, const char* c, const char* s, char* out, int64_t half,
+              float* f) {
+  switch (p.out.dtype) {
+    case DType::kFloat32: return rope_row_rounded<DType::kFloat32>(p, x, c, s, out, half, f);
+    case DType::kBFloat16: return rope_row_rounded<DType::kBFloat16>(p, x, c, s, out, half, f);
+    case DType::kFloat16: return rope_row_rounded<DType::kFloat16>(p, x, c, s, out, half, f);
   }
 }
 
@@ -55,6 +89,7 @@ void rope(const RopeParams& p, const ParallelFor& pf) {
   const bool all_f32 = p.x.dtype == DType::kFloat32 && p.cos.dtype == DType::kFloat32 &&
                        p.sin.dtype == DType::kFloat32 && p.out.dtype == DType::kFloat32;
   auto body = [&](int64_t r0, int64_t r1) {
+    std::vector<float> converted(all_f32 ? 0 : size_t(6 * half));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t a = r / (n[1] * n[2]), b = r / n[2] % n[1], c = r % n[2];
       const char* x = at_element(p.x, a, b, c, 0);
@@ -65,7 +100,7 @@ void rope(const RopeParams& p, const ParallelFor& pf) {
         rope_row_f32(reinterpret_cast<const float*>(x), reinterpret_cast<const float*>(cs),
                      reinterpret_cast<const float*>(sn), reinterpret_cast<float*>(out), half);
       } else {
-        rope_row(p, x, cs, sn, out, half);
+        rope_row(p, x, cs, sn, out, half, converted.data());
       }
     }
   };

@@ -82,6 +82,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"f32_odd_half", 1, 2, 3, 14, false, D::kFloat32},
                       Case{"bf16", 2, 2, 4, 32, true, D::kBFloat16},
                       Case{"f16", 1, 3, 2, 16, false, D::kFloat16},
+                      // whole vectors of every level and a tail in each half
+                      Case{"bf16_vectors_and_tail", 2, 3, 2, 42, false, D::kBFloat16},
+                      Case{"f16_vectors_and_tail", 1, 2, 3, 42, true, D::kFloat16},
+                      Case{"bf16_decode_transposed", 8, 12, 1, 128, true, D::kBFloat16},
                       Case{"f32_threads", 2, 8, 64, 64, false, D::kFloat32},
                       Case{"zero_length", 2, 2, 0, 8, false, D::kFloat32}),
     [](const auto& info) { return std::string(info.param.name); });
