@@ -12,7 +12,9 @@
 //
 // Every product (Q.K^T, P.V and the five of the backward) runs through one
 // register-tiled kernel (attention_vec.hpp) on consecutive rows that see
-// the block, so the arithmetic is vector FMAs of the level's native width.
+// the block, so the arithmetic is vector FMAs of the level's native width;
+// a decode step's few rows (kDirectRows) instead take dot products with each
+// key and sum value rows, reading 16-bit keys and values in place.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -32,6 +34,29 @@ namespace neuronkernels::NK_ISA {
 namespace {
 
 #include "attention_vec.hpp"
+#include "element_vectors.hpp"
+
+// load_f32 and store_f32 (numeric.hpp), in this level's vectors when the
+// elements are contiguous (numeric.hpp's loops are baseline code).
+inline void load_as_f32(const void* src, DType t, int64_t stride, int64_t n, float* dst) {
+  if (stride == 1) return load_row(src, t, n, dst);
+  load_f32(src, t, stride, n, dst);
+}
+template <DType D>
+inline void store_scaled(typename Elem<D>::Storage* dst, int64_t n, const float* src, float mul) {
+  const vec m = vsplat(mul);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) Elem<D>::store_vec(dst + i, vload(src + i) * m);
+  for (; i < n; ++i) Elem<D>::store(dst + i, src[i] * mul);
+}
+inline void store_from_f32(void* dst, DType t, int64_t stride, int64_t n, const float* src, float mul) {
+  if (stride != 1) return store_f32(dst, t, stride, n, src, mul);
+  switch (t) {
+    case DType::kFloat32: return store_scaled<DType::kFloat32>(static_cast<float*>(dst), n, src, mul);
+    case DType::kBFloat16: return store_scaled<DType::kBFloat16>(static_cast<uint16_t*>(dst), n, src, mul);
+    case DType::kFloat16: return store_scaled<DType::kFloat16>(static_cast<uint16_t*>(dst), n, src, mul);
+  }
+}
 
 constexpr int64_t kBk = 64;  // keys per block: a multiple of every tile's columns
 static_assert(kBk % (kTileVecs * kLanes) == 0);
@@ -94,7 +119,7 @@ class MaskBlocks {
       std::vector<float> row(static_cast<size_t>(d.S));
       for (int64_t r = begin; r < end; ++r) {
         const int64_t i = r % rows_, h = (r / rows_) % heads_, b = r / (rows_ * heads_);
-        load_f32(at_element(p.mask, b, h, i, 0), p.mask.dtype, p.mask.strides[3], d.S, row.data());
+        load_as_f32(at_element(p.mask, b, h, i, 0), p.mask.dtype, p.mask.strides[3], d.S, row.data());
         for (int64_t k = 0; k < blocks_; ++k) {
           const int64_t k0 = k * kBk, nk = std::min(kBk, d.S - k0);
           bool zeros = true, hidden = true;
@@ -127,7 +152,7 @@ Seen bias_segment(const AttentionParams& p, const MaskBlocks& mask, int64_t b, i
   if (cls == MaskBlock::kHidden) return Seen::kNone;
   if (cls != MaskBlock::kMixed && nk == kBk && (!p.causal || k0 + kBk - 1 <= i)) return Seen::kAll;
   if (p.mask.data) {
-    load_f32(at_element(p.mask, b, h, i, k0), p.mask.dtype, p.mask.strides[3], nk, dst);
+    load_as_f32(at_element(p.mask, b, h, i, k0), p.mask.dtype, p.mask.strides[3], nk, dst);
   } else {
     std::fill(dst, dst + nk, 0.0f);
   }
@@ -161,7 +186,7 @@ inline const float* row_f32(const View4& x, int64_t b, int64_t h, int64_t j, int
                             float* scratch) {
   const char* src = at_element(x, b, h, j, 0);
   if (x.dtype == DType::kFloat32 && x.strides[3] == 1) return reinterpret_cast<const float*>(src);
-  load_f32(src, x.dtype, x.strides[3], width, scratch);
+  load_as_f32(src, x.dtype, x.strides[3], width, scratch);
   return scratch;
 }
 
@@ -184,7 +209,7 @@ void load_rows(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, int
                int64_t stride, float* rows) {
   for (int64_t j = 0; j < nk; ++j) {
     float* dst = rows + j * stride;
-    load_f32(at_element(x, b, h, k0 + j, 0), x.dtype, x.strides[3], width, dst);
+    load_as_f32(at_element(x, b, h, k0 + j, 0), x.dtype, x.strides[3], width, dst);
     std::fill(dst + width, dst + stride, 0.0f);
   }
 }
@@ -200,11 +225,23 @@ MatB rows_operand(const View4& x, int64_t b, int64_t h, int64_t k0, int64_t nk, 
   return {rows, stride};
 }
 
+// Below this many rows per KV head (decode), scores are dot products of each
+// key row read in place; above it, a transposed float32 copy of the key block
+// lets every row's scores be a product tile. The two sum over the head
+// dimension in different orders, so the choice is one per problem, made
+// alike by the forward and the backward (which must reproduce the forward's
+// scores bitwise, see scaled_score).
+constexpr int64_t kDirectRows = 8;
+inline bool scores_directly(const Dims& d) { return d.G * d.L < kDirectRows; }
+
 // scores[r][0..kBk) = q_r . key j for the rows that see the block, keys read
-// as rows (no transposed copy: worth it for a few rows only). Keys past nk
-// score 0 (their bias hides them).
-void direct_scores(const float* q, int64_t q_row, const Seen* seen, int64_t rows, MatB keys,
-                   int64_t nk, int64_t Dp, float* scores) {
+// as rows (no transposed copy: worth it for a few rows only) of float32 or,
+// in place, of a 16-bit type converted in registers (exactly: the same sums
+// either way). Keys past nk score 0 (their bias hides them).
+template <DType D = DType::kFloat32>
+void direct_scores(const float* q, int64_t q_row, const Seen* seen, int64_t rows,
+                   const typename Elem<D>::Storage* keys, int64_t key_row, int64_t nk, int64_t Dp,
+                   float* scores) {
   for (int64_t r = 0; r < rows; ++r) {
     if (seen[r] == Seen::kNone) continue;
     const float* qr = q + r * q_row;
@@ -213,14 +250,70 @@ void direct_scores(const float* q, int64_t q_row, const Seen* seen, int64_t rows
       for (int t = 0; t < kLanes; ++t) {
         vec acc{};
         if (j0 + t < nk) {
-          const float* key = keys.b + (j0 + t) * keys.row;
-          for (int64_t e = 0; e < Dp; e += kLanes) acc += vload(qr + e) * vload(key + e);
+          const auto* key = keys + (j0 + t) * key_row;
+          for (int64_t e = 0; e < Dp; e += kLanes) acc += vload(qr + e) * Elem<D>::load_vec(key + e);
         }
         partial[t] = acc;
       }
       vstore(scores + r * kBk + j0, lane_sums(partial));
     }
   }
+}
+void direct_scores(const float* q, int64_t q_row, const Seen* seen, int64_t rows, MatB keys,
+                   int64_t nk, int64_t Dp, float* scores) {
+  direct_scores(q, q_row, seen, rows, keys.b, keys.row, nk, Dp, scores);
+}
+
+// acc[r] += P[r] . values for the rows that see the block (at most
+// kDirectRows), values read in place as D and converted in registers, each
+// value row once for all rows; Dv a whole number of vectors. The same
+// multiply-adds in the same order as the product tile's.
+template <DType D, int N>
+void direct_values_of(const float* probs, const int64_t* active, const typename Elem<D>::Storage* values,
+                      int64_t value_row, int64_t nk, int64_t Dv, float* acc, int64_t Dvp) {
+  for (int64_t e = 0; e < Dv; e += kLanes) {
+    vec a[N];  // (N fixed: the accumulators stay in registers)
+    for (int i = 0; i < N; ++i) a[i] = vload(acc + active[i] * Dvp + e);
+    for (int64_t j = 0; j < nk; ++j) {
+      const vec v = Elem<D>::load_vec(values + j * value_row + e);
+      for (int i = 0; i < N; ++i) a[i] += vsplat(probs[active[i] * kBk + j]) * v;
+    }
+    for (int i = 0; i < N; ++i) vstore(acc + active[i] * Dvp + e, a[i]);
+  }
+}
+template <DType D>
+void direct_values(const float* probs, const Seen* seen, int64_t rows, const typename Elem<D>::Storage* values,
+                   int64_t value_row, int64_t nk, int64_t Dv, float* acc, int64_t Dvp) {
+  int64_t active[kDirectRows], n = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (seen[r] != Seen::kNone) active[n++] = r;
+  }
+  auto run = [&]<int N>() { direct_values_of<D, N>(probs, active, values, value_row, nk, Dv, acc, Dvp); };
+  static_assert(kDirectRows == 8);
+  switch (n) {
+    case 1: return run.template operator()<1>();
+    case 2: return run.template operator()<2>();
+    case 3: return run.template operator()<3>();
+    case 4: return run.template operator()<4>();
+    case 5: return run.template operator()<5>();
+    case 6: return run.template operator()<6>();
+    case 7: return run.template operator()<7>();
+    case 8: return run.template operator()<8>();
+  }
+}
+
+// A decode step's 16-bit keys and values can be read in place: contiguous
+// rows of whole vectors (a partial last vector would read past the row).
+inline bool readable_in_place(const View4& x, int64_t width) {
+  return x.dtype != DType::kFloat32 && x.strides[3] == 1 && width % kLanes == 0;
+}
+
+// f.operator()<D>() for x's 16-bit type D, with x's rows from (b, h, k0) in place.
+template <class F>
+void with_rows_in_place(const View4& x, int64_t b, int64_t h, int64_t k0, F&& f) {
+  const auto* rows = reinterpret_cast<const uint16_t*>(at_element(x, b, h, k0, 0));
+  if (x.dtype == DType::kBFloat16) return f.template operator()<DType::kBFloat16>(rows);
+  f.template operator()<DType::kFloat16>(rows);
 }
 
 // Asks for rows [k0, k0+nk) of x ahead of their use: decode reads each key
@@ -299,14 +392,17 @@ static_assert(kForwardRows % kTileRows == 0);
 struct ForwardScratch {
   std::vector<float> q, acc, m, l, kt, kb, vb, bias, row, scores, probs;
   std::vector<Seen> seen;
-  void size(int64_t rows, const Dims& d) {
+  // Key and value copies only where they are made (a decode step's 16-bit
+  // keys and values are read in place, so its items allocate and clear less).
+  void size(int64_t rows, const Dims& d, bool keys_copied, bool values_copied) {
     q.resize(rows * d.Dp);
     acc.resize(rows * d.Dvp);
     m.resize(rows);
     l.resize(rows);
-    kt.resize(d.D * kBk);
-    kb.resize(kBk * d.Dp);
-    vb.resize(kBk * d.Dvp);
+    const bool direct = scores_directly(d);
+    kt.resize(direct ? 0 : d.D * kBk);
+    kb.resize(direct && keys_copied ? kBk * d.Dp : 0);
+    vb.resize(values_copied ? kBk * d.Dvp : 0);
     row.resize(std::max(d.D, d.Dv));
     bias.resize(kForwardRows * kBk);
     scores.resize(kForwardRows * kBk);
@@ -315,14 +411,6 @@ struct ForwardScratch {
   }
 };
 
-// Below this many rows per KV head (decode), scores are dot products of each
-// key row read in place; above it, a transposed float32 copy of the key block
-// lets every row's scores be a product tile. The two sum over the head
-// dimension in different orders, so the choice is one per problem, made
-// alike by the forward and the backward (which must reproduce the forward's
-// scores bitwise, see scaled_score).
-constexpr int64_t kDirectRows = 8;
-inline bool scores_directly(const Dims& d) { return d.G * d.L < kDirectRows; }
 
 // Online softmax of one row over a block: new running max, rescaled
 // accumulator, probabilities into pr (all zero if the mask leaves nothing).
@@ -343,19 +431,21 @@ inline void softmax_step(float* sc, const float* bias, float scale, float* pr, f
 void forward_item(const AttentionParams& p, const Dims& d, const MaskBlocks& mask, const View4& out, float* lse,
                   int64_t b, int64_t hk, int64_t q0, int64_t nq, ForwardScratch& s) {
   const int64_t rows = d.G * nq;
-  s.size(rows, d);
+  const bool direct = scores_directly(d);
+  const bool keys_in_place = direct && readable_in_place(p.k, d.D);
+  const bool values_in_place = direct && readable_in_place(p.v, d.Dv);
+  s.size(rows, d, !keys_in_place, !values_in_place);
   auto head = [&](int64_t r) { return hk * d.G + r / nq; };
   auto query = [&](int64_t r) { return q0 + r % nq; };
   for (int64_t r = 0; r < rows; ++r) {
     float* q = &s.q[r * d.Dp];
-    load_f32(at_element(p.q, b, head(r), query(r), 0), p.q.dtype, p.q.strides[3], d.D, q);
+    load_as_f32(at_element(p.q, b, head(r), query(r), 0), p.q.dtype, p.q.strides[3], d.D, q);
     std::fill(q + d.D, q + d.Dp, 0.0f);
   }
   std::fill(s.acc.begin(), s.acc.end(), 0.0f);
   std::fill(s.m.begin(), s.m.end(), kNegInf);
   std::fill(s.l.begin(), s.l.end(), 0.0f);
   const int64_t last_query = q0 + nq - 1;
-  const bool direct = scores_directly(d);
 
   for (int64_t k0 = 0; k0 < d.S; k0 += kBk) {
     if (p.causal && k0 > last_query) break;  // every later block is hidden too
@@ -377,19 +467,24 @@ void forward_item(const AttentionParams& p, const Dims& d, const MaskBlocks& mas
             prefetch_rows(p.k, b, hk, k0 + kBk, next, d.D);
             prefetch_rows(p.v, b, hk, k0 + kBk, next, d.Dv);
           }
-          keys = rows_operand(p.k, b, hk, k0, nk, d.D, d.Dp, s.kb.data());
+          if (!keys_in_place) keys = rows_operand(p.k, b, hk, k0, nk, d.D, d.Dp, s.kb.data());
         } else {
           load_transposed(p.k, b, hk, k0, nk, d.D, s.kt.data(), s.row);
           keys = {s.kt.data(), kBk};
         }
-        values = rows_operand(p.v, b, hk, k0, nk, d.Dv, d.Dvp, s.vb.data());
+        if (!values_in_place) values = rows_operand(p.v, b, hk, k0, nk, d.Dv, d.Dvp, s.vb.data());
         loaded = true;
       }
       const float* q = &s.q[c0 * d.Dp];
       float* acc = &s.acc[c0 * d.Dvp];
 
       // 1. Scores of the rows that see the block.
-      if (direct) {
+      if (keys_in_place) {
+        with_rows_in_place(p.k, b, hk, k0, [&]<DType D>(const uint16_t* rows_in_place) {
+          direct_scores<D>(q, d.Dp, s.seen.data(), chunk, rows_in_place, p.k.strides[2], nk, d.Dp,
+                           s.scores.data());
+        });
+      } else if (direct) {
         direct_scores(q, d.Dp, s.seen.data(), chunk, keys, nk, d.Dp, s.scores.data());
       } else {
         for_each_run(s.seen.data(), chunk, [&](int64_t u0, int64_t u1) {
@@ -405,6 +500,13 @@ void forward_item(const AttentionParams& p, const Dims& d, const MaskBlocks& mas
                      d.Dvp);
       }
       // 3. acc += P.V.
+      if (values_in_place) {
+        with_rows_in_place(p.v, b, hk, k0, [&]<DType D>(const uint16_t* rows_in_place) {
+          direct_values<D>(s.probs.data(), s.seen.data(), chunk, rows_in_place, p.v.strides[2], nk, d.Dv, acc,
+                           d.Dvp);
+        });
+        continue;
+      }
       for_each_run(s.seen.data(), chunk, [&](int64_t u0, int64_t u1) {
         product<true>(u1 - u0, d.Dvp, nk, {&s.probs[u0 * kBk], kBk, 1}, values,
                       {acc + u0 * d.Dvp, d.Dvp});
@@ -420,7 +522,7 @@ void forward_item(const AttentionParams& p, const Dims& d, const MaskBlocks& mas
     float* acc = &s.acc[r * d.Dvp];
     for (int64_t e = 0; e < d.Dv; ++e) acc[e] = l > 0.0f ? acc[e] / l : 0.0f;
     void* dst = const_cast<char*>(at_element(out, b, h, i, 0));
-    store_f32(dst, out.dtype, out.strides[3], d.Dv, acc, 1.0f);
+    store_from_f32(dst, out.dtype, out.strides[3], d.Dv, acc, 1.0f);
     if (lse) lse[(b * d.Hq + h) * d.L + i] = l > 0.0f ? s.m[r] + std::log(l) : kNegInf;
   }
 }
@@ -459,12 +561,12 @@ void backward_item(const AttentionParams& p, const Dims& d, const MaskBlocks& ma
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = head(r), i = query(r);
     float* q = &s.q[r * d.Dp];
-    load_f32(at_element(p.q, b, h, i, 0), p.q.dtype, p.q.strides[3], d.D, q);
+    load_as_f32(at_element(p.q, b, h, i, 0), p.q.dtype, p.q.strides[3], d.D, q);
     std::fill(q + d.D, q + d.Dp, 0.0f);
     float* dout = &s.dout[r * d.Dvp];
-    load_f32(at_element(grad_out, b, h, i, 0), grad_out.dtype, grad_out.strides[3], d.Dv, dout);
+    load_as_f32(at_element(grad_out, b, h, i, 0), grad_out.dtype, grad_out.strides[3], d.Dv, dout);
     std::fill(dout + d.Dv, dout + d.Dvp, 0.0f);
-    load_f32(at_element(out, b, h, i, 0), out.dtype, out.strides[3], d.Dv, o.data());
+    load_as_f32(at_element(out, b, h, i, 0), out.dtype, out.strides[3], d.Dv, o.data());
     s.delta[r] = dot(dout, o.data(), d.Dv);
     s.lse[r] = lse[(b * d.Hq + h) * d.L + i];
   }
@@ -530,19 +632,19 @@ void backward_item(const AttentionParams& p, const Dims& d, const MaskBlocks& ma
     // Every key row gets written, zeros included (no row saw it).
     for (int64_t j = 0; j < nk; ++j) {
       if (g.dk.data) {
-        store_f32(const_cast<char*>(at_element(g.dk, b, hk, k0 + j, 0)), g.dk.dtype,
-                  g.dk.strides[3], d.D, &s.dk[j * d.Dp], p.scale);
+        store_from_f32(const_cast<char*>(at_element(g.dk, b, hk, k0 + j, 0)), g.dk.dtype,
+                       g.dk.strides[3], d.D, &s.dk[j * d.Dp], p.scale);
       }
       if (g.dv.data) {
-        store_f32(const_cast<char*>(at_element(g.dv, b, hk, k0 + j, 0)), g.dv.dtype,
-                  g.dv.strides[3], d.Dv, &s.dv[j * d.Dvp], 1.0f);
+        store_from_f32(const_cast<char*>(at_element(g.dv, b, hk, k0 + j, 0)), g.dv.dtype,
+                       g.dv.strides[3], d.Dv, &s.dv[j * d.Dvp], 1.0f);
       }
     }
   }
   if (g.dq.data) {
     for (int64_t r = 0; r < rows; ++r) {
-      store_f32(const_cast<char*>(at_element(g.dq, b, head(r), query(r), 0)), g.dq.dtype,
-                g.dq.strides[3], d.D, &s.dq[r * d.Dp], p.scale);
+      store_from_f32(const_cast<char*>(at_element(g.dq, b, head(r), query(r), 0)), g.dq.dtype,
+                     g.dq.strides[3], d.D, &s.dq[r * d.Dp], p.scale);
     }
   }
 }

@@ -239,6 +239,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"causal_more_queries", 1, 2, 2, 10, 3, 8, 8, true, MaskKind::kNone, D::kFloat32, false},
         Case{"bf16_causal_gqa", 1, 4, 2, 66, 66, 64, 64, true, MaskKind::kNone, D::kBFloat16, true},
         Case{"bf16_decode", 2, 4, 4, 1, 100, 32, 32, false, MaskKind::kPadding, D::kBFloat16, false},
+        // keys and values read in place at every level: three query heads a KV head
+        Case{"bf16_decode_gqa", 3, 12, 4, 1, 150, 64, 64, false, MaskKind::kPadding, D::kBFloat16, true},
+        // in place on the 8- and 4-lane levels, converted on AVX-512 (24 is not 16k)
+        Case{"f16_decode_gqa_24", 2, 6, 2, 1, 90, 24, 24, false, MaskKind::kPadding, D::kFloat16, false},
         Case{"f16_padded", 2, 2, 1, 6, 70, 16, 16, false, MaskKind::kPadding, D::kFloat16, false},
         Case{"no_queries", 2, 2, 2, 0, 5, 8, 8, false, MaskKind::kNone, D::kFloat32, false},
         Case{"no_keys", 2, 2, 2, 3, 0, 8, 8, false, MaskKind::kNone, D::kFloat32, false},
