@@ -35,6 +35,7 @@ namespace {
 
 #include "attention_vec.hpp"
 #include "element_vectors.hpp"
+#include "lane_folds.hpp"
 
 // load_f32 and store_f32 (numeric.hpp), in this level's vectors when the
 // elements are contiguous (numeric.hpp's loops are baseline code).
@@ -255,7 +256,7 @@ void direct_scores(const float* q, int64_t q_row, const Seen* seen, int64_t rows
         }
         partial[t] = acc;
       }
-      vstore(scores + r * kBk + j0, lane_sums(partial));
+      vstore(scores + r * kBk + j0, sums_of_lanes(partial));
     }
   }
 }

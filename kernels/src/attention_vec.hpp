@@ -57,39 +57,6 @@ inline vec all_lanes_max(vec v) {
 inline float hsum(vec v) { return all_lanes_sum(v)[0]; }
 inline float hmax(vec v) { return all_lanes_max(v)[0]; }
 
-// Sums across lanes of kLanes vectors at once: lane t of the result is the
-// sum of a[t]'s lanes. Each level folds pairs of vectors with two shuffles and
-// one add, so the whole costs about 3 instructions per input vector, against
-// a chain of log2(kLanes) dependent steps for each vector summed on its own.
-//
-// At level g, every vector holds g keys' partial sums, key k of the g in the
-// lanes congruent to k mod g. Folding x and y gives 2g keys (x's, then y's):
-// lane t (k = t % 2g) adds the two lanes of its source that hold key k.
-constexpr int fold_lane(int t, int g, bool second) {
-  const int base = t / (2 * g) * 2 * g, k = t % (2 * g);
-  const int from = k < g ? base + k : kLanes + base + k - g;  // x's lanes, then y's
-  return second ? from + g : from;
-}
-template <int G, bool kSecond, int... T>
-constexpr veci fold_mask(std::integer_sequence<int, T...>) {
-  return veci{fold_lane(T, G, kSecond)...};
-}
-template <int G>
-inline void fold_level(vec* a) {
-  constexpr auto lanes = std::make_integer_sequence<int, kLanes>{};
-  constexpr veci first = fold_mask<G, false>(lanes), second = fold_mask<G, true>(lanes);
-  for (int i = 0; i < kLanes / (2 * G); ++i) {
-    a[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], first) +
-           __builtin_shuffle(a[2 * i], a[2 * i + 1], second);
-  }
-  if constexpr (2 * G < kLanes) fold_level<2 * G>(a);
-}
-// a[0..kLanes) is overwritten.
-inline vec lane_sums(vec* a) {
-  fold_level<1>(a);
-  return a[0];
-}
-
 // exp_f32 (numeric.hpp) on a whole vector, step for step the same. With
 // kAtMostZero the caller guarantees x <= 0 or NaN (a softmax's x - max): the
 // upper clamp cannot act, and a NaN already comes out of the polynomial as

@@ -145,6 +145,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"nt_rows7_f16", 7, 64, 10, true, Bias::kFull, D::kFloat16, 0},
         Case{"nt_rows16_f32", 16, 100, 33, true, Bias::kColumns, D::kFloat32, 0},
         Case{"nt_rows16_bf16_tails", 16, 83, 17, true, Bias::kFull, D::kBFloat16, 1},
+        // whole 4 x 4 tiles (stored together on AVX-512) beside partial ones
+        Case{"nt_rows8_f32_whole_tiles", 8, 128, 37, true, Bias::kFull, D::kFloat32, 3},
+        Case{"nt_rows12_bf16_whole_tiles", 12, 192, 21, true, Bias::kColumns, D::kBFloat16, 1},
+        Case{"nt_rows8_f16_whole_tiles", 8, 64, 16, true, Bias::kColumns, D::kFloat16, 2},
         Case{"nt_one_column", 2, 50, 1, true, Bias::kNone, D::kFloat32, 1},
         Case{"nt_short_k", 4, 3, 7, true, Bias::kNone, D::kFloat32, 0},
         Case{"nn_decode_f32", 1, 200, 256, false, Bias::kColumns, D::kFloat32, 0},
