@@ -7,8 +7,9 @@ the target:
   - host latency per op on small tensors (add, mul, view, index_select): <= 2x CPU
     (the time the host spends issuing an op; the sustained time, with the queue
     drained, is printed below it)
-  - throughput of large matmul, elementwise, softmax and an embedding's
-    weight gradient (32k x 768, 512 tokens):                               >= 0.95x CPU
+  - throughput of large matmul, elementwise, softmax, selection (where and
+    masked_fill_ over a 510 x 32000 logits-sized tensor, a 32000 mask) and an
+    embedding's weight gradient (32k x 768, 512 tokens):                   >= 0.95x CPU
   - one training step of an MLP, a transformer block and a 2-layer LSTM:   <= 1.10x CPU
   - asynchrony: time for the host to enqueue a chain of large ops vs the time
     to run them (enqueue must return long before the work finishes).
@@ -77,6 +78,10 @@ def host_latency(device, op, repeats, inner):
     return issue_time(fns[op], device, repeats, inner)
 
 
+THROUGHPUT_CASES = ["matmul 1024", "elementwise 16M", "softmax 4096x4096", "where 510x32000",
+                    "masked_fill_ 510x32000", "embedding grad 32k"]
+
+
 def throughput(device, case, repeats):
     g = torch.Generator().manual_seed(0)
     if case == "matmul 1024":
@@ -94,6 +99,15 @@ def throughput(device, case, repeats):
         idx = torch.randint(0, 32000, (512,), generator=g).to(device)
         fn = lambda: torch.ops.aten.embedding_dense_backward(grad, idx, 32000, -1, False)  # noqa: E731
         work, unit = 32000 * 768 * 4, "GB/s"
+    elif case == "where 510x32000":
+        # torch.where(mask, -inf, scores), as logits processors write it: bytes read and written
+        a = torch.randn(510, 32000, generator=g).to(device)
+        mask = (torch.rand(32000, generator=g) > 0.5).to(device)
+        fn, work, unit = (lambda: torch.where(mask, -float("inf"), a)), 2 * 4 * a.numel(), "GB/s"
+    elif case == "masked_fill_ 510x32000":
+        a = torch.randn(510, 32000, generator=g).to(device)
+        mask = (torch.rand(32000, generator=g) > 0.5).to(device)
+        fn, work, unit = (lambda: a.masked_fill_(mask, 0.0)), 2 * 4 * a.numel(), "GB/s"
     else:  # softmax
         a = torch.randn(4096, 4096, generator=g).to(device)
         fn, work, unit = (lambda: torch.softmax(a, dim=-1)), 2 * 4 * a.numel(), "GB/s"
@@ -169,7 +183,7 @@ def measure(device_name, reps):
     out = {"latency": {}, "throughput": {}, "step": {}}
     for op in ["add", "mul", "view", "index_select"]:
         out["latency"][op] = host_latency(device, op, reps, 2000)
-    for case in ["matmul 1024", "elementwise 16M", "softmax 4096x4096", "embedding grad 32k"]:
+    for case in THROUGHPUT_CASES:
         out["throughput"][case] = throughput(device, case, reps)
     for case in STEP_CASES:
         out["step"][case] = training_step(device, case, reps)
@@ -205,7 +219,7 @@ def main():
 
     print("\nThroughput of large ops (higher is better; ratio = neuron/cpu)")
     print(header)
-    for case in ["matmul 1024", "elementwise 16M", "softmax 4096x4096", "embedding grad 32k"]:
+    for case in THROUGHPUT_CASES:
         c, unit = c_all["throughput"][case]
         n, _ = n_all["throughput"][case]
         row(case, c, n, n / c, ">= 0.95x", n / c >= 0.95, lambda v: f"{v:.1f} {unit}")

@@ -7,6 +7,7 @@
 #include "csrc/aten/native/Convolution.h"
 #include "csrc/aten/native/Copy.h"
 #include "csrc/aten/native/Elementwise.h"
+#include "csrc/aten/native/Select.h"
 #include "csrc/aten/native/Factory.h"
 #include "csrc/aten/native/Matmul.h"
 #include "csrc/aten/native/Random.h"
@@ -44,6 +45,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("div.Tensor", TORCH_FN(native::div));
   m.impl("add_.Tensor", TORCH_FN(native::add_));
   m.impl("mul_.Tensor", TORCH_FN(native::mul_));
+  // elementwise selection (general cases go on to the fallback)
+  m.impl("where.self", TORCH_FN(native::where));
+  m.impl("masked_fill_.Scalar", TORCH_FN(native::masked_fill_));
   // matrix products with few rows, and float32 ones through oneDNN (general cases go on to the fallback)
   m.impl("mm", TORCH_FN(native::mm));
   m.impl("addmm", TORCH_FN(native::addmm));
