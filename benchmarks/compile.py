@@ -1,6 +1,6 @@
 """torch.compile benchmark: `backend="neuron"` against neuron eager and Inductor on CPU.
 
-    python benchmarks/compile.py [--quick] [--only CASE ...] [--dtypes float32 bfloat16]
+    python benchmarks/compile.py [--quick] [--only CASE ...] [--dtypes float32 bfloat16] [--rounds R]
 
 Cases (each peer of each case and dtype runs in its own fresh process, see
 fresh_process.py):
@@ -24,6 +24,13 @@ Peers:
   inductor     torch.compile (Inductor) on CPU tensors (decoding with
                CompileConfig(backend="inductor"), _compile_all_devices=True);
                its caches go to a fresh directory, so its compile is cold
+
+The machine's memory bandwidth drifts from minute to minute (45 to 86 GB/s
+within one run on the machine of docs/performance.md), and each peer runs at
+another minute: with --rounds R, every peer's steady figure is measured R
+times, the peers alternating in fresh processes, and each keeps its best
+round (first calls and compile times stay those of the first round, the only
+cold one).
 
 Our backend's program cache and AOTAutograd's start empty (a fresh
 TORCHNEURON_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR per case and dtype), so its
@@ -368,6 +375,19 @@ def report(case, dtype_name, r):
                   f"of it", flush=True)
 
 
+def faster_round(first, again):
+    """The first round's record (its first call was the cold one) with the
+    steady figure, and the bandwidths read around it, of the faster round."""
+    if "tokens_per_s" in first:
+        better = again["tokens_per_s"] > first["tokens_per_s"]
+    else:
+        better = again["steady_s"] < first["steady_s"]
+    if not better:
+        return first
+    steady = {k: again[k] for k in ("tokens_per_s", "steady_s", "bandwidths") if k in again}
+    return {**first, **steady}
+
+
 def main():
     parser = argparse.ArgumentParser(description="torch.compile benchmark")
     parser.add_argument("--quick", action="store_true", help="small shapes, 16 new tokens")
@@ -375,6 +395,8 @@ def main():
     parser.add_argument("--dtypes", nargs="+", choices=("float32", "bfloat16"),
                         default=["float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure each peer's steady figure this many times and keep its best")
     parser.add_argument("--child", nargs=5, metavar=("DEVICE", "CASE", "PEER", "DTYPE", "QUICK"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -400,11 +422,13 @@ def main():
             # filled for the warm one (Inductor's peer gets a fresh one of its own).
             os.environ["TORCHNEURON_CACHE_DIR"] = tempfile.mkdtemp(prefix="neuron-bench-")
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="neuron-bench-torch-")
-            for peer in PEERS + ("neuron_warm",):
-                device = "cpu" if peer == "inductor" else "neuron"
-                results[peer] = measure_in_fresh_process(
-                    __file__, device, case, peer, dtype_name, int(args.quick),
-                    "--repeats", args.repeats)
+            for r in range(args.rounds):
+                for peer in PEERS + (("neuron_warm",) if r == 0 else ()):
+                    device = "cpu" if peer == "inductor" else "neuron"
+                    again = measure_in_fresh_process(
+                        __file__, device, case, peer, dtype_name, int(args.quick),
+                        "--repeats", args.repeats)
+                    results[peer] = faster_round(results[peer], again) if r else again
             report(case, dtype_name, results)
 
 
