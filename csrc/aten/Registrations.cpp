@@ -7,6 +7,7 @@
 #include "csrc/aten/native/Convolution.h"
 #include "csrc/aten/native/Copy.h"
 #include "csrc/aten/native/Elementwise.h"
+#include "csrc/aten/native/Isin.h"
 #include "csrc/aten/native/Select.h"
 #include "csrc/aten/native/Factory.h"
 #include "csrc/aten/native/Matmul.h"
@@ -48,6 +49,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // elementwise selection (general cases go on to the fallback)
   m.impl("where.self", TORCH_FN(native::where));
   m.impl("masked_fill_.Scalar", TORCH_FN(native::masked_fill_));
+  // membership in a few values: stopping criteria's end-of-sequence ids (the rest go to the fallback)
+  m.impl("isin.Tensor_Tensor", TORCH_FN(native::isin));
   // matrix products with few rows, and float32 ones through oneDNN (general cases go on to the fallback)
   m.impl("mm", TORCH_FN(native::mm));
   m.impl("addmm", TORCH_FN(native::addmm));
