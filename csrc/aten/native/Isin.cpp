@@ -19,7 +19,6 @@ namespace {
 // kernel does the same below a size that grows with the elements; above it,
 // it sorts, and so does the fallback).
 constexpr int64_t kMaxTestValues = 16;
-constexpr int64_t kMinParallelElements = int64_t{1} << 16;
 
 template <typename T>
 void isin_range(const T* elements, const T* tests, int64_t n_tests, bool invert, bool* out, int64_t begin,
@@ -60,7 +59,7 @@ at::Tensor isin(const at::Tensor& elements, const at::Tensor& test_elements, boo
                          auto range = [&](int64_t begin, int64_t end) {
                            isin_range(ev, tv, n_tests, invert, ov, begin, end);
                          };
-                         if (n < kMinParallelElements) return range(0, n);
+                         if (n < kMinParallelWork) return range(0, n);
                          device_parallel_for(n, range);
                        });
                      });

@@ -131,10 +131,6 @@ void select_range(const Walk& w, char* out, const char* cond, const char* a, con
   }
 }
 
-// Below this many elements one thread selects them all (as the device's
-// other elementwise kernels decide, KernelSupport.h).
-constexpr int64_t kMinParallelElements = int64_t{1} << 16;
-
 void select(const Walk& w, size_t element_size, char* out, const char* cond, const char* a, const char* b,
             int64_t numel) {
   auto range = [&](int64_t begin, int64_t end) {
@@ -145,7 +141,7 @@ void select(const Walk& w, size_t element_size, char* out, const char* cond, con
       default: return select_range<uint64_t>(w, out, cond, a, b, begin, end);
     }
   };
-  if (numel < kMinParallelElements) return range(0, numel);
+  if (numel < kMinParallelWork) return range(0, numel);  // one thread (KernelSupport.h)
   constexpr int64_t kGrain = 1 << 14;  // elements per unit the threads share
   const int64_t units = (numel + kGrain - 1) / kGrain;
   device_parallel_for(units, [&](int64_t u0, int64_t u1) { range(u0 * kGrain, std::min(u1 * kGrain, numel)); });
@@ -225,10 +221,9 @@ at::Tensor& masked_fill_(at::Tensor& self, const at::Tensor& mask, const at::Sca
   const at::Tensor fill = at::scalar_tensor(value, self.options().device(at::kCPU));
   std::array<char, 8> bits{};
   std::memcpy(bits.data(), fill.data_ptr(), fill.element_size());
-  const at::Tensor value_view = fill.reshape({});  // 0-dim: every stride 0
   launch_cpu_kernels(self.device().index(), "aten::masked_fill_.Scalar", self.numel(), /*matrix=*/false,
                      [s = queued_alias(self), m = queued_alias(mask), bits,
-                      w = walk_of(self.sizes(), self, mask, value_view, self)]() {
+                      w = walk_of(self.sizes(), self, mask, fill, self)]() {
                        select(w, s.element_size(), static_cast<char*>(s.data_ptr()),
                               static_cast<const char*>(m.data_ptr()), bits.data(),
                               static_cast<const char*>(s.data_ptr()), s.numel());
