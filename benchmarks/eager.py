@@ -11,6 +11,9 @@ the target:
     masked_fill_ over a 510 x 32000 logits-sized tensor, a 32000 mask) and an
     embedding's weight gradient (32k x 768, 512 tokens):                   >= 0.95x CPU
   - one training step of an MLP, a transformer block and a 2-layer LSTM:   <= 1.10x CPU
+  - an AdamW step over 75M parameters (a 100M language model's linear layers), as
+    each device runs it by default (neuron: PyTorch's foreach ops; CPU: a loop over
+    the parameters) and with fused=True (no target: for comparison)
   - asynchrony: time for the host to enqueue a chain of large ops vs the time
     to run them (enqueue must return long before the work finishes).
 Timings on a shared machine are noisy: each figure is the median of several
@@ -149,6 +152,22 @@ def training_step(device, case, repeats):
     return median_time(step, device, repeats, 3)
 
 
+OPTIMIZER_CASES = ["AdamW default", "AdamW fused"]
+
+
+def optimizer_step(device, case, repeats):
+    # The linear layers of a 12-layer, 768-wide model with a 2048-wide MLP and
+    # grouped key/value heads, and its norms: 75M float32 parameters.
+    shapes = [(2048, 768)] * 36 + [(768, 768)] * 24 + [(256, 768)] * 24 + [(768,)] * 25
+    g = torch.Generator().manual_seed(0)
+    params = [torch.randn(s, generator=g).to(device).requires_grad_() for s in shapes]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g).to(device)
+    opt = torch.optim.AdamW(params, lr=1e-4, fused=True if case == "AdamW fused" else None)
+    opt.step()  # the state's first allocation
+    return median_time(opt.step, device, repeats, 1)
+
+
 def asynchrony(device, n_ops=20):
     a = torch.randn(2048, 2048, device=device)
 
@@ -187,6 +206,7 @@ def measure(device_name, reps):
         out["throughput"][case] = throughput(device, case, reps)
     for case in STEP_CASES:
         out["step"][case] = training_step(device, case, reps)
+    out["optimizer"] = {case: optimizer_step(device, case, reps) for case in OPTIMIZER_CASES}
     if device.type == "neuron":
         out["asynchrony"] = asynchrony(device)
     return out
@@ -230,6 +250,13 @@ def main():
     for case in STEP_CASES:
         c, n = c_all["step"][case], n_all["step"][case]
         row(case, c, n, n / c, "<= 1.10x", n / c <= 1.10, ms)
+
+    print("\nOne AdamW step, 75M parameters (lower is better; ratio = neuron/cpu; default: neuron's\n"
+          "  foreach ops against CPU's loop over the parameters, as PyTorch picks for each device)")
+    print(header)
+    for case in OPTIMIZER_CASES:
+        c, n = c_all["optimizer"][case], n_all["optimizer"][case]
+        row(case, c, n, n / c, "-", True, ms)
 
     print("\nAsynchrony: 20 chained 2048x2048 matmuls on neuron")
     enqueue, total = n_all["asynchrony"]

@@ -221,6 +221,24 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
                ok.store(false, std::memory_order_relaxed);  // use the copy path from now on
              }
            });
+  } else if (plan.element_out && plan.out_op_ok.load(std::memory_order_relaxed) && nret == 1 &&
+             ret_fresh[0] && results[0].isTensorList()) {
+    // A functional foreach op: each element's out= kernel writes its fresh buffer.
+    CpuAliases al({.queued = true});
+    Stack cpu_stack = cpu_arguments(args, plan.facts.arg_is_generator, device, plan.name.c_str(), al);
+    std::vector<at::Tensor> outs, expected;
+    for (const at::Tensor& t : results[0].toTensorList()) {
+      outs.push_back(queued_alias(t, /*resizable=*/true));
+      expected.push_back(queued_alias(t));
+    }
+    launch_cpu_kernels(device, plan.name.c_str(), work_elements(plan, args, results),
+                       plan.matrix_work,
+           [&element = *plan.element_out, &ok = plan.out_op_ok, cpu_stack = std::move(cpu_stack),
+            outs = std::move(outs), expected = std::move(expected)]() {
+             if (!run_element_outs(element, cpu_stack, outs, expected)) {
+               ok.store(false, std::memory_order_relaxed);  // use the copy path from now on
+             }
+           });
   } else if (plan.has_mutable_arg || any_fresh) {
     CpuAliases al({.queued = true});
     Stack cpu_stack = cpu_arguments(args, plan.facts.arg_is_generator, device, plan.name.c_str(), al);

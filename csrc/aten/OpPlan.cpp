@@ -10,6 +10,9 @@
 
 #include <c10/util/env.h>
 
+#include "csrc/aten/ForeachElements.h"
+#include "csrc/aten/OpOverloads.h"
+
 namespace torchneuron {
 namespace {
 
@@ -53,18 +56,6 @@ bool returns_only_tensors(const c10::FunctionSchema& schema) {
   return true;
 }
 
-// Overload names of every aten op, by base name (built once).
-const std::unordered_map<std::string, std::vector<c10::OperatorName>>& overloads() {
-  static auto* by_name = [] {
-    auto* m = new std::unordered_map<std::string, std::vector<c10::OperatorName>>();
-    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
-      (*m)[name.name].push_back(name);
-    }
-    return m;
-  }();
-  return *by_name;
-}
-
 // The out= overload of a functional op: the same arguments, then one
 // keyword-only out tensor per (tensor) return, with a CPU kernel.
 std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& schema) {
@@ -74,9 +65,7 @@ std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& s
   for (const auto& r : rets) {
     if (r.type()->kind() != c10::TypeKind::TensorType) return std::nullopt;
   }
-  auto it = overloads().find(schema.name());
-  if (it == overloads().end()) return std::nullopt;
-  for (const auto& candidate : it->second) {
+  for (const auto& candidate : overloads_of(schema.name())) {
     auto handle = c10::Dispatcher::singleton().findOp(candidate);
     if (!handle || !handle->hasSchema()) continue;
     const auto& cargs = handle->schema().arguments();
@@ -158,6 +147,7 @@ OpPlan& plan_for(const c10::OperatorHandle& op) {
       op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
     plan->out_op = find_out_variant(schema);
   }
+  if (!plan->has_mutable_arg) plan->element_out = find_element_out(schema);
   if (forced_cpu_copy_ops().count(plan->name)) {
     plan->mode = Mode::kCpuCopy;
   } else if (!returns_only_tensors(schema)) {

@@ -9,6 +9,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include "csrc/aten/ForeachElements.h"
 #include "csrc/aten/MetaInference.h"
 #include "csrc/aten/OpStats.h"
 
@@ -30,7 +31,10 @@ struct OpPlan {
   // The op's out= overload, when it has one with the same arguments: fresh
   // outputs are then written by the CPU kernel in place, with no copy.
   std::optional<c10::OperatorHandle> out_op;
-  std::atomic<bool> out_op_ok{true};  // false once its kernel used `out` as scratch
+  // For a functional foreach op: its element op's out= overload, which
+  // writes each fresh device output directly (csrc/aten/ForeachElements.h).
+  std::optional<ElementOut> element_out;
+  std::atomic<bool> out_op_ok{true};  // false once out_op's or element_out's kernel used `out` as scratch
   // How big the op's work is, for whether its CPU kernel gets the worker's
   // OpenMP team (csrc/runtime/WorkerThreads.h): matrix products and
   // convolutions have more work than their operands; gathers (embedding,
