@@ -498,3 +498,78 @@ def test_compiled_product_of_upcast_bfloat16_is_one_mixed_precision_gemm(fn, m, 
         mixed, plain = plain, mixed
     assert sum(n for op, n in externs.items() if op in mixed) == 1, externs
     assert not any(op in plain for op in externs), externs
+
+
+# Products with an out_dtype (`torch.mm(a, b, out_dtype=torch.float32)`, as CUDA
+# has them): ATen has no CPU kernel, so the reference is CPU's product of the
+# operands cast to out_dtype (exact for 16-bit values), and float64 for the error.
+OUT_DTYPE_PRODUCTS = {
+    "mm": (lambda a, b, c, dt: torch.mm(a, b, out_dtype=dt),
+           lambda a, b, c: torch.mm(a, b), ((37, 64), (64, 21), (21,))),
+    "addmm": (lambda a, b, c, dt: torch.addmm(c, a, b, out_dtype=dt, beta=0.5, alpha=2.0),
+              lambda a, b, c: torch.addmm(c, a, b, beta=0.5, alpha=2.0), ((37, 64), (64, 21), (21,))),
+    "bmm": (lambda a, b, c, dt: torch.bmm(a, b, out_dtype=dt),
+            lambda a, b, c: torch.bmm(a, b), ((3, 9, 40), (3, 40, 11), (11,))),
+    "baddbmm": (lambda a, b, c, dt: torch.baddbmm(c, a, b, out_dtype=dt, beta=0.25, alpha=-1.0),
+                lambda a, b, c: torch.baddbmm(c, a, b, beta=0.25, alpha=-1.0), ((3, 9, 40), (3, 40, 11), (11,))),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype, out_dtype", [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+                                              (torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16)],
+                         ids=str)
+@pytest.mark.parametrize("name", sorted(OUT_DTYPE_PRODUCTS))
+def test_products_with_an_out_dtype(name, dtype, out_dtype, compiled):
+    fn, reference, shapes = OUT_DTYPE_PRODUCTS[name]
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(s, generator=g).to(dtype) for s in shapes[:2])
+    c = torch.randn(shapes[2], generator=g).to(out_dtype)  # a bias of out_dtype
+    # PyTorch's fake-tensor rule for baddbmm takes baddbmm.dtype's out_dtype for
+    # beta (torch 2.13, any device): Dynamo breaks the graph there and runs it eagerly.
+    whole = name != "baddbmm"
+    run = torch.compile(fn, backend="neuron", fullgraph=whole) if compiled else fn
+    if compiled:
+        torch._dynamo.reset()
+    got = run(a.to(D), b.to(D), c.to(D), out_dtype).cpu()
+    assert got.dtype == out_dtype
+    cpu = reference(a.to(out_dtype), b.to(out_dtype), c)
+    exact = reference(a.double(), b.double(), c.double())
+    assert_as_close_as_cpu(got, cpu, exact)
+    if compiled and whole:
+        (program,) = torchneuron.compile_metrics()[-1]["programs"].values()
+        assert program["executor"] == "compiler", program
+
+
+def test_products_with_an_out_dtype_write_out_and_take_a_16bit_bias():
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(5, 8, generator=g).bfloat16(), torch.randn(8, 3, generator=g).bfloat16()
+    bias = torch.randn(3, generator=g).bfloat16()  # of the operands' dtype, as CUDA allows
+    out = torch.empty(0, device=D)
+    res = torch.mm(a.to(D), b.to(D), out_dtype=torch.float32, out=out)
+    assert res is out and out.shape == (5, 3)
+    torch.testing.assert_close(out.cpu(), a.float() @ b.float())
+    got = torch.addmm(bias.to(D), a.to(D), b.to(D), out_dtype=torch.float32)
+    torch.testing.assert_close(got.cpu(), torch.addmm(bias.float(), a.float(), b.float()))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("wrong_out_dtype", r"aten::mm.dtype: out_dtype must be the same as input dtype or fp32 for fp16/bf16 inputs"),
+    ("mixed_inputs", r"aten::mm.dtype: input dtypes must be the same, got BFloat16 and Float"),
+    ("bias_dtype", r"aten::addmm.dtype: self dtype must match either out_dtype or mat1 dtype"),
+    ("out_tensor_dtype", r"aten::mm.dtype_out: out_dtype must be the same as the dtype of the provided out tensor"),
+    ("shapes", r"cannot be multiplied|size mismatch|shapes"),
+])
+def test_products_with_an_out_dtype_refuse_bad_input(case, message):
+    a, b = torch.ones(4, 6, device=D, dtype=torch.bfloat16), torch.ones(6, 2, device=D, dtype=torch.bfloat16)
+    calls = {
+        "wrong_out_dtype": lambda: torch.mm(a.float(), b.float(), out_dtype=torch.float16),
+        "mixed_inputs": lambda: torch.mm(a, b.float(), out_dtype=torch.float32),
+        "bias_dtype": lambda: torch.addmm(torch.ones(2, device=D, dtype=torch.float16), a, b, out_dtype=torch.float32),
+        "out_tensor_dtype": lambda: torch.mm(a, b, out_dtype=torch.float32, out=torch.empty(4, 2, device=D)
+                                             .bfloat16()),
+        "shapes": lambda: torch.mm(a, a, out_dtype=torch.float32),
+    }
+    with pytest.raises(RuntimeError, match=message):
+        calls[case]()
+    assert torch.mm(a, b, out_dtype=torch.float32).sum().item() == 4 * 2 * 6.0

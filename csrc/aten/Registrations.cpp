@@ -11,6 +11,7 @@
 #include "csrc/aten/native/Select.h"
 #include "csrc/aten/native/Factory.h"
 #include "csrc/aten/native/Matmul.h"
+#include "csrc/aten/native/OutDtypeProducts.h"
 #include "csrc/aten/native/Random.h"
 #include "csrc/aten/native/RecurrentCells.h"
 #include "csrc/aten/native/RecurrentLayers.h"
@@ -58,6 +59,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mm.out", TORCH_FN(native::mm_out));
   m.impl("addmm.out", TORCH_FN(native::addmm_out));
   m.impl("addmm_", TORCH_FN(native::addmm_));
+  // products with an out_dtype (float32 from 16-bit operands; ATen has no CPU kernel for them)
+  m.impl("mm.dtype", TORCH_FN(native::mm_dtype));
+  m.impl("mm.dtype_out", TORCH_FN(native::mm_dtype_out));
+  m.impl("addmm.dtype", TORCH_FN(native::addmm_dtype));
+  m.impl("addmm.dtype_out", TORCH_FN(native::addmm_dtype_out));
+  m.impl("bmm.dtype", TORCH_FN(native::bmm_dtype));
+  m.impl("bmm.dtype_out", TORCH_FN(native::bmm_dtype_out));
+  m.impl("baddbmm.dtype", TORCH_FN(native::baddbmm_dtype));
+  m.impl("baddbmm.dtype_out", TORCH_FN(native::baddbmm_dtype_out));
   m.impl("bmm", TORCH_FN(native::bmm));
   m.impl("baddbmm", TORCH_FN(native::baddbmm));
   // convolutions (PyTorch routes out-of-tree devices to the overrideable ops)

@@ -25,7 +25,12 @@ Added: `histc` of an integer tensor counts through a floating copy and returns
 the input's dtype, as the device's eager `histc` does (and CUDA's; ATen's CPU
 kernel, which a program's extern call runs, takes floating types only).
 Transformers' mixture-of-experts layers count tokens per expert so on any
-device but CPU.
+device but CPU. And `mm`, `addmm`, `bmm` and `baddbmm` with an `out_dtype`
+(float32 products of 16-bit operands, as CUDA has them) become their operands
+cast to out_dtype and the plain product, as the device's eager kernels compute
+them (csrc/aten/native/OutDtypeProducts.h): ATen has no CPU kernel for an
+extern call, and the compiler's pattern pass joins casts and product again
+where the target has a mixed-precision GEMM.
 
 Everything else follows the core-ATen table: composite ops (`linear`,
 `layer_norm`, ...) arrive as their ATen pieces, in-place ops as functional
@@ -58,6 +63,23 @@ def _integer_histc(self, bins=100, min=0, max=0):
     return aten.histc.default(self.to(counting), bins, min, max).to(self.dtype)
 
 
+def _mm_dtype(self, mat2, out_dtype):
+    return aten.mm.default(self.to(out_dtype), mat2.to(out_dtype))
+
+
+def _bmm_dtype(self, mat2, out_dtype):
+    return aten.bmm.default(self.to(out_dtype), mat2.to(out_dtype))
+
+
+def _addmm_dtype(self, mat1, mat2, out_dtype, beta=1, alpha=1):
+    return aten.addmm.default(self.to(out_dtype), mat1.to(out_dtype), mat2.to(out_dtype), beta=beta, alpha=alpha)
+
+
+def _baddbmm_dtype(self, batch1, batch2, out_dtype, beta=1, alpha=1):
+    return aten.baddbmm.default(self.to(out_dtype), batch1.to(out_dtype), batch2.to(out_dtype), beta=beta,
+                                alpha=alpha)
+
+
 @functools.cache
 def _table():
     from torch._decomp import core_aten_decompositions
@@ -66,6 +88,10 @@ def _table():
     table = {op: fn for op, fn in core_aten_decompositions().items()
              if getattr(op, "overloadpacket", None) not in kept}
     table[aten.histc.default] = _integer_histc
+    table[aten.mm.dtype] = _mm_dtype
+    table[aten.bmm.dtype] = _bmm_dtype
+    table[aten.addmm.dtype] = _addmm_dtype
+    table[aten.baddbmm.dtype] = _baddbmm_dtype
     return table
 
 
