@@ -591,6 +591,20 @@ def test_linalg_errors_keep_their_type():
         assert later is None
 
 
+@pytest.mark.parametrize("name, call", [
+    ("aten::_fused_dropout", lambda x: torch._fused_dropout(x, 0.5)),
+    ("aten::_masked_scale", lambda x: torch.ops.aten._masked_scale(x, x > 0, 2.0)),
+])
+def test_ops_with_kernels_for_other_devices_only_are_refused_by_name(name, call):
+    # PyTorch implements these for CUDA only: the device has no CPU kernel to run
+    # them through, and says so instead of ATen's "Could not run ... 'CPU' backend".
+    x = torch.randn(8, device=D)
+    with pytest.raises(NotImplementedError, match=rf"\[neuron\] {name} is not implemented for neuron: "
+                                                  r"PyTorch has kernels for it on other devices only"):
+        call(x)
+    assert (x * 2).sum().item() == pytest.approx(2 * x.sum().item())  # the device keeps working
+
+
 # Invalid arguments that only ATen's CPU kernel checks (dtype mixes, integer
 # arguments, strides of the written tensor). The first call of an argument
 # signature runs the CPU kernel on the calling thread, so they are raised at

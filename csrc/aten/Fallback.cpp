@@ -409,6 +409,11 @@ void run_cpu_copy(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
 
 void neuron_fallback(const c10::OperatorHandle& op, Stack* stack) {
   OpPlan& plan = plan_for(op);
+  TORCH_CHECK_NOT_IMPLEMENTED(plan.has_cpu_kernel, "[neuron] ", plan.name,
+                              " is not implemented for neuron: PyTorch has kernels for it on other devices "
+                              "only (such as CUDA), and neuron runs an op it has no kernel of its own for "
+                              "through PyTorch's CPU kernel. Use an op that runs on CPU instead, or move "
+                              "this call's tensors to a device that has it.");
   const size_t nargs = op.schema().arguments().size();
   c10::DeviceIndex device;
   {

@@ -148,6 +148,7 @@ OpPlan& plan_for(const c10::OperatorHandle& op) {
     plan->out_op = find_out_variant(schema);
   }
   if (!plan->has_mutable_arg) plan->element_out = find_element_out(schema);
+  plan->has_cpu_kernel = op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU);
   if (forced_cpu_copy_ops().count(plan->name)) {
     plan->mode = Mode::kCpuCopy;
   } else if (!returns_only_tensors(schema)) {

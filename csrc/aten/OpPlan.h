@@ -25,6 +25,9 @@ struct OpPlan {
   std::string name;              // "aten::add.Tensor"
   std::atomic<Mode> mode{Mode::kAsync};
   bool has_mutable_arg = false;  // in-place / out= ops write an argument
+  // Whether a CPU call reaches a kernel (its own or a composite one): ops
+  // PyTorch implements for CUDA only have none, and are refused by name.
+  bool has_cpu_kernel = true;
   SchemaFacts facts;             // written-argument returns, generator arguments
   InferenceCache layouts;        // output layouts by argument signature
   OpCounter* counter = nullptr;  // executed_ops() counts
