@@ -49,7 +49,7 @@ CHAT_TEMPLATE = (
 # The backward's float32 accumulation of bfloat16 tiles: one mixed-precision GEMM
 # where the target has one (MKL's, on Intel at avx512_bf16), else the casts and
 # the float32 product (docs/compile.md, "Pattern fusion").
-ACCUMULATING_GEMM = ("aten::addmm.dtype" if torchneuron._C._compile_target() == "mixed_precision_gemm=1"
+ACCUMULATING_GEMM = ("aten::addmm.dtype" if torchneuron._C._compile_mixed_precision_gemm()
                      else "aten::addmm.default")
 BF16_TOL = dict(atol=2e-3, rtol=2e-3)
 

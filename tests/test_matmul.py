@@ -494,7 +494,7 @@ def test_compiled_product_of_upcast_bfloat16_is_one_mixed_precision_gemm(fn, m, 
     assert program["executor"] == "compiler"
     externs = program["extern_ops"]
     mixed, plain = ("aten::addmm.dtype", "aten::mm.dtype"), ("aten::addmm.default", "aten::mm.default")
-    if torchneuron._C._compile_target() == "mixed_precision_gemm=0":
+    if not torchneuron._C._compile_mixed_precision_gemm():
         mixed, plain = plain, mixed
     assert sum(n for op, n in externs.items() if op in mixed) == 1, externs
     assert not any(op in plain for op in externs), externs

@@ -85,8 +85,10 @@ std::shared_ptr<CompiledGraph> CompiledGraph::compile(const std::string& text, c
 }
 
 std::string CompiledGraph::target() {
-  return std::string("mixed_precision_gemm=") + (compile_options().patterns.mixed_precision_gemm ? "1" : "0");
+  return std::string("mixed_precision_gemm=") + (mixed_precision_gemm() ? "1" : "0");
 }
+
+bool CompiledGraph::mixed_precision_gemm() { return compile_options().patterns.mixed_precision_gemm; }
 
 std::shared_ptr<CompiledGraph> CompiledGraph::load(const std::string& bytes, const std::string& label) {
   nc::Program program;

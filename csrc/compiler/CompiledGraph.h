@@ -29,6 +29,9 @@ class CompiledGraph {
   // What compile() tells the compiler of this process's target
   // (neuroncompiler::CompileOptions), as text for the program cache's key.
   static std::string target();
+  // Whether compile() applies the mixed-precision GEMM pattern on this target
+  // (the product of bfloat16 operands cast to float32 as one mm.dtype).
+  static bool mixed_precision_gemm();
   // A program from Program::serialize() bytes.
   static std::shared_ptr<CompiledGraph> load(const std::string& program_bytes, const std::string& label);
 

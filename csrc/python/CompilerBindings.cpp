@@ -48,6 +48,7 @@ void bind_compiler(py::module_& m) {
   m.def("_compile_graph", &CompiledGraph::compile, py::arg("graph_text"), py::arg("label"),
         py::arg("keep_ir") = false);
   m.def("_compile_target", &CompiledGraph::target);
+  m.def("_compile_mixed_precision_gemm", &CompiledGraph::mixed_precision_gemm);
   m.def("_load_compiled_graph", [](const py::bytes& b, const std::string& label) {
     return CompiledGraph::load(std::string(b), label);
   }, py::arg("program"), py::arg("label"));
