@@ -250,17 +250,8 @@ int32_t emit_pointwise(const Graph&, const Node& n, const TileEmitter& emit) {
       const int32_t inner = emit.op(TileOp::kAdd, one, emit.op(TileOp::kMul, x, emit.op(TileOp::kSub, one, s, -1), -1), -1);
       return emit.op(TileOp::kMul, emit.op(TileOp::kMul, arg(0), s, -1), inner, -1);
     }
-    case Form::kGeluBackward: {  // grad * (Phi(x) + x * phi(x))
-      const int32_t x = arg(1);
-      const int32_t cdf = emit.op(TileOp::kMul, emit.constant(0.5f),
-                                  emit.op(TileOp::kAdd, emit.constant(1.f),
-                                          emit.op(TileOp::kErf, emit.op(TileOp::kMul, x, emit.constant(0.70710678118654752f), -1), -1, -1), -1), -1);
-      const int32_t x2 = emit.op(TileOp::kMul, x, x, -1);
-      const int32_t pdf = emit.op(TileOp::kMul, emit.constant(0.39894228040143268f),
-                                  emit.op(TileOp::kExp, emit.op(TileOp::kMul, x2, emit.constant(-0.5f), -1), -1, -1), -1);
-      const int32_t d = emit.op(TileOp::kAdd, cdf, emit.op(TileOp::kMul, x, pdf, -1), -1);
-      return emit.op(TileOp::kMul, arg(0), d, -1);
-    }
+    case Form::kGeluBackward:  // grad * (Phi(x) + x * phi(x)), one tile op
+      return emit.op(TileOp::kGeluBackward, arg(0), arg(1), -1);
     case Form::kThresholdBackward: {  // self <= threshold ? 0 : grad
       const int32_t below = emit.op(TileOp::kLe, arg(1), arg(2), -1);
       return emit.op(TileOp::kWhere, emit.constant(0.f), arg(0), below);

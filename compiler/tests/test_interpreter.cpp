@@ -177,6 +177,61 @@ TEST(Interpreter, CopiesBoolNotAndGeluBackward) {
   check(graph);
 }
 
+// gelu_backward runs as one tile op, the formula of the chain of ops it
+// replaced: grad * (0.5 * (1 + erf(x / sqrt 2)) + x * exp(-x^2 / 2) / sqrt(2 pi)).
+// The two agree to within a few roundings of the two terms' magnitudes, not
+// bit for bit: in one expression the compiler may fuse `cdf + x * pdf` into a
+// multiply-add (it does at the AVX2 level), and the sum cancels for negative x.
+TEST(Interpreter, GeluBackwardIsOneOpWithTheChainsFormula) {
+  std::vector<float> xs, gs;
+  for (int i = -40000; i <= 40000; ++i) {
+    xs.push_back(static_cast<float>(i) * 2e-4f);  // [-8, 8]
+    gs.push_back(1.f + static_cast<float>(i % 7) * 0.37f);
+  }
+  for (float v : {0.f, -0.f, 30.f, -30.f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()}) {
+    xs.push_back(v);
+    gs.push_back(0.5f);
+  }
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Arg none_str;
+  none_str.kind = Arg::Kind::kString;
+  none_str.s = "none";
+  GraphBuilder fused;
+  const int32_t g1 = fused.input(DType::kFloat32, {n});
+  const int32_t x1 = fused.input(DType::kFloat32, {n});
+  fused.output(fused.node("aten::gelu_backward.default", {T(g1), T(x1), none_str}, DType::kFloat32, {n}));
+  const Program fused_program = compile_graph(fused.build());
+  EXPECT_EQ(fused_program.fused_nodes(), 1);
+  GraphBuilder chain;
+  const int32_t g = chain.input(DType::kFloat32, {n});
+  const int32_t x = chain.input(DType::kFloat32, {n});
+  auto op = [&](const char* name, std::vector<Arg> args) { return chain.node(name, std::move(args), DType::kFloat32, {n}); };
+  const int32_t e = op("aten::erf.default", {T(op("aten::mul.Tensor", {T(x), F(0.70710678118654752)}))});
+  const int32_t cdf = op("aten::mul.Tensor", {T(op("aten::add.Tensor", {T(e), F(1.0), one()})), F(0.5)});
+  const int32_t ex = op("aten::exp.default", {T(op("aten::mul.Tensor", {T(op("aten::mul.Tensor", {T(x), T(x)})), F(-0.5)}))});
+  const int32_t pdf = op("aten::mul.Tensor", {T(ex), F(0.39894228040143268)});
+  const int32_t d = op("aten::add.Tensor", {T(cdf), T(op("aten::mul.Tensor", {T(x), T(pdf)})), one()});
+  chain.output(op("aten::mul.Tensor", {T(g), T(d)}));
+  std::vector<float> got(xs.size()), chained(xs.size());
+  TestExterns none;
+  RunBuffers fused_buf{{gs.data(), xs.data()}, {got.data()}, nullptr};
+  run_program(fused_program, fused_buf, none);
+  RunBuffers chain_buf{{gs.data(), xs.data()}, {chained.data()}, nullptr};
+  run_program(compile_graph(chain.build()), chain_buf, none);
+  for (int64_t i = 0; i < n; ++i) {
+    const double xd = xs[i];
+    const double phi = 0.5 * (1 + std::erf(xd / std::sqrt(2.0))), xpdf = xd * std::exp(-xd * xd / 2) / std::sqrt(2 * M_PI);
+    if (std::isnan(chained[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << "x " << xs[i];
+      continue;
+    }
+    const double tol = 4 * std::numeric_limits<float>::epsilon() * std::fabs(gs[i]) * (std::fabs(phi) + std::fabs(xpdf)) +
+                       std::numeric_limits<float>::denorm_min();
+    EXPECT_LE(std::fabs(static_cast<double>(got[i]) - chained[i]), tol) << "x " << xs[i] << " grad " << gs[i];
+  }
+}
+
 TEST(Interpreter, ZeroSizeTensorsRunNothing) {
   GraphBuilder b;
   const int32_t x = b.input(DType::kFloat32, {0, 16});

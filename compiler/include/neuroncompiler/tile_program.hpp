@@ -20,6 +20,7 @@ enum class TileOp : uint8_t {
   kReciprocal, kSin, kCos, kErf, kLogicalNot, kRoundTo,
   // binary
   kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kEq, kNe, kLt, kLe, kGt, kGe, kLogicalAnd, kLogicalOr,
+  kGeluBackward,  // a * GELU'(b): the exact GELU's backward of gradient a at input b
   // ternary: dst = c ? a : b  (operands a, b, c)
   kWhere,
   // trailing reduction of slot a over the last dimension
