@@ -243,13 +243,8 @@ int32_t emit_pointwise(const Graph&, const Node& n, const TileEmitter& emit) {
       const int32_t one_minus = emit.op(TileOp::kSub, emit.constant(1.f), emit.op(TileOp::kMul, y, y, -1), -1);
       return emit.op(TileOp::kMul, arg(0), one_minus, -1);
     }
-    case Form::kSiluBackward: {  // grad * s * (1 + x * (1 - s)), s = sigmoid(x)
-      const int32_t x = arg(1);
-      const int32_t s = emit.op(TileOp::kSigmoid, x, -1, -1);
-      const int32_t one = emit.constant(1.f);
-      const int32_t inner = emit.op(TileOp::kAdd, one, emit.op(TileOp::kMul, x, emit.op(TileOp::kSub, one, s, -1), -1), -1);
-      return emit.op(TileOp::kMul, emit.op(TileOp::kMul, arg(0), s, -1), inner, -1);
-    }
+    case Form::kSiluBackward:  // grad * s * (1 + x * (1 - s)), s = sigmoid(x), one tile op
+      return emit.op(TileOp::kSiluBackward, arg(0), arg(1), -1);
     case Form::kGeluBackward:  // grad * (Phi(x) + x * phi(x)), one tile op
       return emit.op(TileOp::kGeluBackward, arg(0), arg(1), -1);
     case Form::kThresholdBackward: {  // self <= threshold ? 0 : grad

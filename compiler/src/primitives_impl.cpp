@@ -242,14 +242,19 @@ void binary(TileOp op, const float* a, const float* b, float* d, int64_t n) {
     case TileOp::kGe: return map2(a, b, d, n, [](float x, float y) { return x >= y ? 1.f : 0.f; });
     case TileOp::kLogicalAnd: return map2(a, b, d, n, [](float x, float y) { return (x != 0.f && y != 0.f) ? 1.f : 0.f; });
     case TileOp::kLogicalOr: return map2(a, b, d, n, [](float x, float y) { return (x != 0.f || y != 0.f) ? 1.f : 0.f; });
-    // grad * (Phi(x) + x * phi(x)) in one pass: the formula of the separate
-    // tile ops it replaces (within an ulp, where `cdf + x * pdf` becomes a
-    // multiply-add), one loop over the tile instead of eleven.
-    case TileOp::kGeluBackward:
+    // The activations' backwards in one pass each: the formulas of the chains
+    // of tile ops they replace (eleven for GELU, seven for SiLU), within their
+    // roundings (a product and a sum may become a multiply-add).
+    case TileOp::kGeluBackward:  // grad * (Phi(x) + x * phi(x))
       return map2(a, b, d, n, [](float grad, float x) {
         const float cdf = 0.5f * (1.f + erf_poly(x * 0.70710678118654752f));
         const float pdf = 0.39894228040143268f * exp_poly((x * x) * -0.5f);
         return grad * (cdf + x * pdf);
+      });
+    case TileOp::kSiluBackward:  // grad * s * (1 + x * (1 - s)), s = sigmoid(x)
+      return map2(a, b, d, n, [](float grad, float x) {
+        const float s = sigmoid(x);
+        return (grad * s) * (1.f + x * (1.f - s));
       });
     default: return;
   }

@@ -11,7 +11,7 @@ const char* tile_op_name(TileOp op) {
       "load", "store", "const", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "sigmoid", "tanh",
       "silu", "gelu", "gelu_tanh", "reciprocal", "sin", "cos", "erf", "logical_not", "round_to",
       "add", "sub", "mul", "div", "max", "min", "pow", "eq", "ne", "lt", "le", "gt", "ge",
-      "logical_and", "logical_or", "gelu_backward", "where", "reduce"};
+      "logical_and", "logical_or", "gelu_backward", "silu_backward", "where", "reduce"};
   const int i = static_cast<int>(op);
   return i >= 0 && i < kNumTileOps ? kNames[i] : "?";
 }

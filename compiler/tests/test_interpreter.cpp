@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "graph_builder.hpp"
@@ -177,42 +179,42 @@ TEST(Interpreter, CopiesBoolNotAndGeluBackward) {
   check(graph);
 }
 
-// gelu_backward runs as one tile op, the formula of the chain of ops it
-// replaced: grad * (0.5 * (1 + erf(x / sqrt 2)) + x * exp(-x^2 / 2) / sqrt(2 pi)).
-// The two agree to within a few roundings of the two terms' magnitudes, not
-// bit for bit: in one expression the compiler may fuse `cdf + x * pdf` into a
-// multiply-add (it does at the AVX2 level), and the sum cancels for negative x.
-TEST(Interpreter, GeluBackwardIsOneOpWithTheChainsFormula) {
+// The activations' backwards run as one tile op each, the formula of the
+// chain of ops each replaced. They agree with the chain to within a few
+// roundings of the formula's terms (`terms(x)`, the sum of their magnitudes),
+// not bit for bit: in one expression the compiler may fuse a product and a sum
+// into a multiply-add (it does at the AVX2 level), and the sums cancel.
+using ChainBuilder = std::function<int32_t(GraphBuilder&, int32_t grad, int32_t x, int64_t n)>;
+
+void expect_one_op_as_its_chain(const char* op, const ChainBuilder& chain_of, double (*terms)(double)) {
   std::vector<float> xs, gs;
   for (int i = -40000; i <= 40000; ++i) {
     xs.push_back(static_cast<float>(i) * 2e-4f);  // [-8, 8]
     gs.push_back(1.f + static_cast<float>(i % 7) * 0.37f);
   }
-  for (float v : {0.f, -0.f, 30.f, -30.f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::quiet_NaN()}) {
+  for (float v : {0.f, -0.f, 30.f, -30.f, 100.f, -100.f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     xs.push_back(v);
     gs.push_back(0.5f);
   }
   const int64_t n = static_cast<int64_t>(xs.size());
-  Arg none_str;
-  none_str.kind = Arg::Kind::kString;
-  none_str.s = "none";
   GraphBuilder fused;
   const int32_t g1 = fused.input(DType::kFloat32, {n});
   const int32_t x1 = fused.input(DType::kFloat32, {n});
-  fused.output(fused.node("aten::gelu_backward.default", {T(g1), T(x1), none_str}, DType::kFloat32, {n}));
+  std::vector<Arg> args{T(g1), T(x1)};
+  if (std::string(op) == "aten::gelu_backward.default") {
+    Arg none_str;
+    none_str.kind = Arg::Kind::kString;
+    none_str.s = "none";
+    args.push_back(none_str);
+  }
+  fused.output(fused.node(op, args, DType::kFloat32, {n}));
   const Program fused_program = compile_graph(fused.build());
-  EXPECT_EQ(fused_program.fused_nodes(), 1);
+  EXPECT_EQ(fused_program.fused_nodes(), 1) << op;
   GraphBuilder chain;
   const int32_t g = chain.input(DType::kFloat32, {n});
   const int32_t x = chain.input(DType::kFloat32, {n});
-  auto op = [&](const char* name, std::vector<Arg> args) { return chain.node(name, std::move(args), DType::kFloat32, {n}); };
-  const int32_t e = op("aten::erf.default", {T(op("aten::mul.Tensor", {T(x), F(0.70710678118654752)}))});
-  const int32_t cdf = op("aten::mul.Tensor", {T(op("aten::add.Tensor", {T(e), F(1.0), one()})), F(0.5)});
-  const int32_t ex = op("aten::exp.default", {T(op("aten::mul.Tensor", {T(op("aten::mul.Tensor", {T(x), T(x)})), F(-0.5)}))});
-  const int32_t pdf = op("aten::mul.Tensor", {T(ex), F(0.39894228040143268)});
-  const int32_t d = op("aten::add.Tensor", {T(cdf), T(op("aten::mul.Tensor", {T(x), T(pdf)})), one()});
-  chain.output(op("aten::mul.Tensor", {T(g), T(d)}));
+  chain.output(chain_of(chain, g, x, n));
   std::vector<float> got(xs.size()), chained(xs.size());
   TestExterns none;
   RunBuffers fused_buf{{gs.data(), xs.data()}, {got.data()}, nullptr};
@@ -220,16 +222,46 @@ TEST(Interpreter, GeluBackwardIsOneOpWithTheChainsFormula) {
   RunBuffers chain_buf{{gs.data(), xs.data()}, {chained.data()}, nullptr};
   run_program(compile_graph(chain.build()), chain_buf, none);
   for (int64_t i = 0; i < n; ++i) {
-    const double xd = xs[i];
-    const double phi = 0.5 * (1 + std::erf(xd / std::sqrt(2.0))), xpdf = xd * std::exp(-xd * xd / 2) / std::sqrt(2 * M_PI);
     if (std::isnan(chained[i])) {
-      EXPECT_TRUE(std::isnan(got[i])) << "x " << xs[i];
+      EXPECT_TRUE(std::isnan(got[i])) << op << " at x " << xs[i];
       continue;
     }
-    const double tol = 4 * std::numeric_limits<float>::epsilon() * std::fabs(gs[i]) * (std::fabs(phi) + std::fabs(xpdf)) +
+    const double tol = 4 * std::numeric_limits<float>::epsilon() * std::fabs(gs[i]) * terms(xs[i]) +
                        std::numeric_limits<float>::denorm_min();
-    EXPECT_LE(std::fabs(static_cast<double>(got[i]) - chained[i]), tol) << "x " << xs[i] << " grad " << gs[i];
+    EXPECT_LE(std::fabs(static_cast<double>(got[i]) - chained[i]), tol) << op << " at x " << xs[i] << ", grad " << gs[i];
   }
+}
+
+TEST(Interpreter, ActivationBackwardsAreOneOpWithTheirChainsFormula) {
+  // grad * (0.5 * (1 + erf(x / sqrt 2)) + x * exp(-x^2 / 2) / sqrt(2 pi))
+  expect_one_op_as_its_chain(
+      "aten::gelu_backward.default",
+      [](GraphBuilder& b, int32_t g, int32_t x, int64_t n) {
+        auto op = [&](const char* name, std::vector<Arg> args) { return b.node(name, std::move(args), DType::kFloat32, {n}); };
+        const int32_t e = op("aten::erf.default", {T(op("aten::mul.Tensor", {T(x), F(0.70710678118654752)}))});
+        const int32_t cdf = op("aten::mul.Tensor", {T(op("aten::add.Tensor", {T(e), F(1.0), one()})), F(0.5)});
+        const int32_t ex = op("aten::exp.default", {T(op("aten::mul.Tensor", {T(op("aten::mul.Tensor", {T(x), T(x)})), F(-0.5)}))});
+        const int32_t pdf = op("aten::mul.Tensor", {T(ex), F(0.39894228040143268)});
+        const int32_t d = op("aten::add.Tensor", {T(cdf), T(op("aten::mul.Tensor", {T(x), T(pdf)})), one()});
+        return op("aten::mul.Tensor", {T(g), T(d)});
+      },
+      [](double x) {
+        return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + std::fabs(x) * std::exp(-x * x / 2) / std::sqrt(2 * M_PI);
+      });
+  // grad * s * (1 + x * (1 - s)), s = sigmoid(x)
+  expect_one_op_as_its_chain(
+      "aten::silu_backward.default",
+      [](GraphBuilder& b, int32_t g, int32_t x, int64_t n) {
+        auto op = [&](const char* name, std::vector<Arg> args) { return b.node(name, std::move(args), DType::kFloat32, {n}); };
+        const int32_t s = op("aten::sigmoid.default", {T(x)});
+        const int32_t inner = op("aten::add.Tensor", {T(op("aten::mul.Tensor", {T(x), T(op("aten::rsub.Scalar", {T(s), F(1.0), one()}))})),
+                                                      F(1.0), one()});
+        return op("aten::mul.Tensor", {T(op("aten::mul.Tensor", {T(g), T(s)})), T(inner)});
+      },
+      [](double x) {
+        const double s = 1 / (1 + std::exp(-x));
+        return s * (1 + std::fabs(x) * (1 - s));
+      });
 }
 
 TEST(Interpreter, ZeroSizeTensorsRunNothing) {

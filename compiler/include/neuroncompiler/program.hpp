@@ -15,7 +15,7 @@
 
 namespace neuroncompiler {
 
-inline constexpr uint32_t kProgramFormatVersion = 3;  // 3: the gelu_backward tile op
+inline constexpr uint32_t kProgramFormatVersion = 3;  // 3: the activation backwards' tile ops
 
 struct Buffer {
   enum class Kind : uint8_t { kInput, kOutput, kArena };

@@ -21,6 +21,7 @@ enum class TileOp : uint8_t {
   // binary
   kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kEq, kNe, kLt, kLe, kGt, kGe, kLogicalAnd, kLogicalOr,
   kGeluBackward,  // a * GELU'(b): the exact GELU's backward of gradient a at input b
+  kSiluBackward,  // a * SiLU'(b)
   // ternary: dst = c ? a : b  (operands a, b, c)
   kWhere,
   // trailing reduction of slot a over the last dimension
