@@ -8,8 +8,9 @@ the target:
     (the time the host spends issuing an op; the sustained time, with the queue
     drained, is printed below it)
   - throughput of large matmul, elementwise, softmax, selection (where and
-    masked_fill_ over a 510 x 32000 logits-sized tensor, a 32000 mask) and an
-    embedding's weight gradient (32k x 768, 512 tokens):                   >= 0.95x CPU
+    masked_fill_ over a 510 x 32000 logits-sized tensor, a 32000 mask), argmax
+    of 8 rows of 152064 logits and an embedding's weight gradient (32k x 768,
+    512 tokens):                                                         >= 0.95x CPU
   - one training step of an MLP, a transformer block and a 2-layer LSTM:   <= 1.10x CPU
   - an AdamW step over 75M parameters (a 100M language model's linear layers), as
     each device runs it by default (neuron: PyTorch's foreach ops; CPU: a loop over
@@ -82,7 +83,7 @@ def host_latency(device, op, repeats, inner):
 
 
 THROUGHPUT_CASES = ["matmul 1024", "elementwise 16M", "softmax 4096x4096", "where 510x32000",
-                    "masked_fill_ 510x32000", "embedding grad 32k"]
+                    "masked_fill_ 510x32000", "argmax 8x152k", "embedding grad 32k"]
 
 
 def throughput(device, case, repeats):
@@ -107,6 +108,11 @@ def throughput(device, case, repeats):
         a = torch.randn(510, 32000, generator=g).to(device)
         mask = (torch.rand(32000, generator=g) > 0.5).to(device)
         fn, work, unit = (lambda: torch.where(mask, -float("inf"), a)), 2 * 4 * a.numel(), "GB/s"
+    elif case == "argmax 8x152k":
+        # greedy decoding's next tokens: a batch of 8 rows of float32 logits over
+        # Qwen2's 152064-token vocabulary; bytes read
+        a = torch.randn(8, 152064, generator=g).to(device)
+        fn, work, unit = (lambda: a.argmax(-1)), 4 * a.numel(), "GB/s"
     elif case == "masked_fill_ 510x32000":
         a = torch.randn(510, 32000, generator=g).to(device)
         mask = (torch.rand(32000, generator=g) > 0.5).to(device)

@@ -2,6 +2,7 @@
 // goes through the boxed fallback (Fallback.cpp).
 #include <torch/library.h>
 
+#include "csrc/aten/native/Argmax.h"
 #include "csrc/aten/native/Attention.h"
 #include "csrc/aten/native/Compat.h"
 #include "csrc/aten/native/Convolution.h"
@@ -50,6 +51,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // elementwise selection (general cases go on to the fallback)
   m.impl("where.self", TORCH_FN(native::where));
   m.impl("masked_fill_.Scalar", TORCH_FN(native::masked_fill_));
+  // the last dimension's argmax: greedy decoding's next tokens (the rest go to the fallback)
+  m.impl("argmax", TORCH_FN(native::argmax));
   // membership in a few values: stopping criteria's end-of-sequence ids (the rest go to the fallback)
   m.impl("isin.Tensor_Tensor", TORCH_FN(native::isin));
   // matrix products with few rows, and float32 ones through oneDNN (general cases go on to the fallback)

@@ -1,8 +1,9 @@
-// The row norm and rotary embedding bodies, compiled once per instruction-set
-// level (see neuronkernels/isa.hpp); norm.cpp and rope.cpp check arguments
-// and pick one.
+// The row kernels' bodies (row norms, the rotary embedding, argmax over
+// rows), compiled once per instruction-set level (see neuronkernels/isa.hpp);
+// norm.cpp, rope.cpp and argmax.cpp check arguments and pick one.
 #pragma once
 
+#include "neuronkernels/argmax.hpp"
 #include "neuronkernels/norm.hpp"
 #include "neuronkernels/rope.hpp"
 
@@ -12,6 +13,7 @@ namespace neuronkernels {
   namespace ns {                                                         \
   void row_norm(const RowNormParams& p, const ParallelFor& pf);          \
   void rope(const RopeParams& p, const ParallelFor& pf);                 \
+  void argmax_rows(const ArgmaxParams& p, const ParallelFor& pf);        \
   }
 NK_ROWS_DECLARE(isa_avx512)
 NK_ROWS_DECLARE(isa_avx2)
