@@ -54,7 +54,7 @@ if (($# == 0)); then
   levels="$("$PY" -c 'import torchneuron; print(" ".join(torchneuron.supported_kernel_isas()[:-1]))')"
   for level in $levels; do
     step "Python tests of the device's kernels at TORCHNEURON_ISA=$level"
-    TORCHNEURON_ISA="$level" "$PY" -m pytest tests/test_attention.py tests/test_matmul.py tests/test_rnn.py \
-      tests/test_isa.py -q
+    TORCHNEURON_ISA="$level" "$PY" -m pytest tests/test_argmax.py tests/test_attention.py tests/test_matmul.py \
+      tests/test_rnn.py tests/test_isa.py -q
   done
 fi
