@@ -45,8 +45,7 @@ at::Tensor argmax(const at::Tensor& self, std::optional<int64_t> dim, bool keepd
           o = out.mutable_data_ptr<int64_t>()]() mutable {
            p.x = x;
            p.out = o;
-           const bool parallel = p.rows > 1 && p.rows * p.cols >= kMinParallelWork;
-           nk::argmax_rows(p, parallel ? nk::ParallelFor(device_parallel_for) : nk::ParallelFor(nk::serial_for));
+           nk::argmax_rows(p, kernel_parallel_for(p.rows * p.cols));  // (one row runs on one thread)
          });
   return out;
 }

@@ -115,9 +115,7 @@ nk::View4 view_of(const at::Tensor& t) {
 // Tiny problems run on the worker alone: under a few microseconds of work,
 // handing out chunks costs more than it saves.
 nk::ParallelFor choose_parallel_for(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  const int64_t work = q.size(0) * q.size(1) * q.size(2) * k.size(2) * (k.size(3) + v.size(3));
-  if (work < kMinParallelWork) return nk::serial_for;
-  return device_parallel_for;
+  return kernel_parallel_for(q.size(0) * q.size(1) * q.size(2) * k.size(2) * (k.size(3) + v.size(3)));
 }
 
 void check_arguments(const char* op, const at::Tensor& q, const at::Tensor& k,

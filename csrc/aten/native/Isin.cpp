@@ -59,8 +59,7 @@ at::Tensor isin(const at::Tensor& elements, const at::Tensor& test_elements, boo
                          auto range = [&](int64_t begin, int64_t end) {
                            isin_range(ev, tv, n_tests, invert, ov, begin, end);
                          };
-                         if (n < kMinParallelWork) return range(0, n);
-                         device_parallel_for(n, range);
+                         kernel_parallel_for(n)(n, range);
                        });
                      });
   return out;

@@ -27,6 +27,11 @@ void device_parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>&
   }
 }
 
+neuronkernels::ParallelFor kernel_parallel_for(int64_t work) {
+  if (work < kMinParallelWork) return neuronkernels::serial_for;
+  return device_parallel_for;
+}
+
 std::vector<c10::Storage> storages_to_keep(std::initializer_list<const at::Tensor*> tensors) {
   std::vector<c10::Storage> storages;
   for (const at::Tensor* t : tensors) {

@@ -28,6 +28,10 @@ void device_parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>&
 // microseconds: handing out chunks would cost more than it saves).
 constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 
+// The threads for a kernel call of `work` multiply-adds (or elements):
+// serial_for below kMinParallelWork, device_parallel_for from there.
+neuronkernels::ParallelFor kernel_parallel_for(int64_t work);
+
 // The storages kernel work queued next on the current stream must keep alive
 // until it ran: those whose memory is not ordered by the stream
 // (ordered_by_stream, csrc/aten/Launch.h). Storages, not the user's tensors:

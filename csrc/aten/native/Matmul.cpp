@@ -113,8 +113,7 @@ bool skinny_matmul_takes_rows(c10::ScalarType type, int64_t rows) {
 }
 
 void run_skinny_matmul_here(const nk::SkinnyMatmulParams& p) {
-  const bool parallel = p.y.rows * p.y.cols * p.x.cols >= kMinParallelWork;
-  nk::skinny_matmul(p, parallel ? nk::ParallelFor(device_parallel_for) : nk::ParallelFor(nk::serial_for));
+  nk::skinny_matmul(p, kernel_parallel_for(p.y.rows * p.y.cols * p.x.cols));
 }
 
 namespace {
