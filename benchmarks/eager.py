@@ -9,8 +9,9 @@ the target:
     drained, is printed below it)
   - throughput of large matmul, elementwise, softmax, selection (where and
     masked_fill_ over a 510 x 32000 logits-sized tensor, a 32000 mask), argmax
-    of 8 rows of 152064 logits and an embedding's weight gradient (32k x 768,
-    512 tokens):                                                         >= 0.95x CPU
+    of 8 rows of 152064 logits, an embedding's weight gradient (32k x 768,
+    512 tokens) and a copy from host memory into a device tensor (CPU: into
+    another host tensor):                                                >= 0.95x CPU
   - one training step of an MLP, a transformer block and a 2-layer LSTM:   <= 1.10x CPU
   - an AdamW step over 75M parameters (a 100M language model's linear layers), as
     each device runs it by default (neuron: PyTorch's foreach ops; CPU: a loop over
@@ -83,7 +84,7 @@ def host_latency(device, op, repeats, inner):
 
 
 THROUGHPUT_CASES = ["matmul 1024", "elementwise 16M", "softmax 4096x4096", "where 510x32000",
-                    "masked_fill_ 510x32000", "argmax 8x152k", "embedding grad 32k"]
+                    "masked_fill_ 510x32000", "argmax 8x152k", "embedding grad 32k", "copy_ from host 64M"]
 
 
 def throughput(device, case, repeats):
@@ -113,6 +114,12 @@ def throughput(device, case, repeats):
         # Qwen2's 152064-token vocabulary; bytes read
         a = torch.randn(8, 152064, generator=g).to(device)
         fn, work, unit = (lambda: a.argmax(-1)), 4 * a.numel(), "GB/s"
+    elif case == "copy_ from host 64M":
+        # host memory into a device tensor (CPU: into another host tensor), as a
+        # model's weights or a batch arrive: bytes read and written
+        src = torch.randn(16 * 2**20, generator=g)
+        dst = torch.empty_like(src, device=device)
+        fn, work, unit = (lambda: dst.copy_(src)), 2 * 4 * src.numel(), "GB/s"
     elif case == "masked_fill_ 510x32000":
         a = torch.randn(510, 32000, generator=g).to(device)
         mask = (torch.rand(32000, generator=g) > 0.5).to(device)

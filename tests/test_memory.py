@@ -5,6 +5,8 @@ import gc
 
 import pytest
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.data import DataLoader, TensorDataset
 
 MiB = 1 << 20
@@ -382,6 +384,56 @@ def test_pinned_neuron_factory_is_refused(make):
                                            r"tensors can be pinned; pin_memory=True makes no "
                                            r"sense for a neuron tensor"):
         make()
+
+
+# ---- copies from pageable host memory ---------------------------------------
+
+
+def _queued_host_copies(fn):
+    """fn's result and the host-to-device copies it queued on the device."""
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        result = fn()
+        torch.neuron.synchronize()
+    return result, [e for e in prof.events()
+                    if e.device_type == DeviceType.PrivateUse1 and e.name == "aten::copy_ (host to neuron)"]
+
+
+def test_a_copy_to_an_idle_device_is_done_when_it_returns():
+    # More than a few copy chunks and no multiple of one: split between threads.
+    src = torch.randn(5 * MiB + 7)
+    _settle()
+    dev = torch.empty_like(src, device="neuron")
+    _, queued = _queued_host_copies(lambda: dev.copy_(src))
+    assert queued == []  # copied from the calling thread: no staging copy, nothing queued
+    assert torch.equal(dev.cpu(), src)
+    assert torch.equal(src.to("neuron").cpu(), src)
+    assert torch.equal(src[:-7].view(5, MiB).to("neuron").cpu(), src[:-7].view(5, MiB))
+
+
+def test_a_copy_behind_queued_work_keeps_stream_order():
+    src = torch.randn(3 * MiB)
+    expected = src.clone()
+    dst = torch.zeros(3 * MiB, device="neuron")
+    a = torch.randn(768, 768, device="neuron")
+
+    def step():
+        b = a
+        for _ in range(12):  # tens of milliseconds of queued products
+            b = b @ a * 1e-3
+        before = dst.sum()  # queued ahead of the copy: must read the zeros
+        dst.copy_(src)  # the stream is busy: src is staged, the copy queued after
+        src.fill_(7.0)  # the caller may reuse its memory as soon as copy_ returns
+        return before, dst.sum(), b.sum()
+
+    step()  # each signature's first run is synchronous: warm them up
+    dst.zero_()
+    src.copy_(expected)
+    _settle()
+    (before, after, _), queued = _queued_host_copies(step)
+    assert before.item() == 0.0
+    assert torch.equal(dst.cpu(), expected)
+    assert after.item() == pytest.approx(expected.sum().item(), rel=1e-5)
+    assert len(queued) == 1  # the busy stream took the staged path
 
 
 def test_non_blocking_copies_with_pinned_memory():

@@ -1,5 +1,6 @@
 #include "csrc/aten/native/Copy.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <ATen/MemoryOverlap.h>
@@ -10,6 +11,8 @@
 #include "csrc/aten/DeviceTensors.h"
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/OpStats.h"
+#include "csrc/aten/native/KernelSupport.h"
+#include "csrc/runtime/HostThreads.h"
 #include "csrc/runtime/NeuronException.h"
 #include "csrc/runtime/NeuronHostAllocator.h"
 #include "csrc/runtime/NeuronStream.h"
@@ -24,6 +27,31 @@ bool plain_bytes(const at::Tensor& a, const at::Tensor& b) {
          a.is_neg() == b.is_neg();
 }
 
+// memcpy, on the device's compute threads when large: one thread copies at
+// about half the machine's bandwidth, and into memory not touched before
+// (model weights arriving) the copy is bound by page faults, which each core
+// takes on its own.
+void copy_bytes(void* dst, const void* src, size_t n) {
+  constexpr size_t kChunk = size_t{1} << 20;
+  if (n < 4 * kChunk) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  device_parallel_for(static_cast<int64_t>((n + kChunk - 1) / kChunk), [=](int64_t b, int64_t e) {
+    const size_t lo = static_cast<size_t>(b) * kChunk;
+    const size_t hi = std::min(n, static_cast<size_t>(e) * kChunk);
+    std::memcpy(d + lo, s + lo, hi - lo);
+  });
+}
+
+// Nothing queued on the device's current stream: no queued op can still
+// read or write memory this stream hands out.
+bool stream_idle(c10::DeviceIndex device) {
+  return nrtStreamQuery(current_stream_handle(device)) == nrtSuccess;
+}
+
 
 void host_to_device(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   auto device = dst.device().index();
@@ -36,12 +64,22 @@ void host_to_device(const at::Tensor& src, const at::Tensor& dst, bool non_block
     });
     return;
   }
-  // Pageable source: stage it now (the caller may overwrite it as soon as we
-  // return), then copy on the stream after the work already queued there.
+  // Pageable source and an idle stream (a model's weights arriving, a batch
+  // before its step is queued): copy now, from the caller's thread, as CUDA
+  // copies pageable memory before it returns. No staging copy, which would
+  // double the bytes moved and fault in host memory of the tensor's size.
+  if (plain_bytes(src, dst) && stream_idle(device)) {
+    yield_host_threads_to_device();  // device work from this thread, as a launch is
+    copy_bytes(dst.mutable_data_ptr(), src.const_data_ptr(), dst.nbytes());
+    return;
+  }
+  // Pageable source behind queued work: stage it now (the caller may
+  // overwrite it as soon as we return), then copy on the stream after the
+  // work already queued there.
   at::Tensor staged;
   if (plain_bytes(src, dst)) {
     staged = at::empty_strided(src.sizes(), src.strides(), src.options());
-    std::memcpy(staged.mutable_data_ptr(), src.const_data_ptr(), src.nbytes());
+    copy_bytes(staged.mutable_data_ptr(), src.const_data_ptr(), src.nbytes());
   } else {
     staged = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU));
     staged.copy_(src);  // dtype conversion, broadcasting and layout on the host
@@ -50,7 +88,7 @@ void host_to_device(const at::Tensor& src, const at::Tensor& dst, bool non_block
   launch_cpu_kernels(device, "aten::copy_ (host to neuron)", dst.numel(), /*matrix=*/false,
                      [staged, dst_alias]() mutable {
     if (dst_alias.is_non_overlapping_and_dense() && staged.strides() == dst_alias.strides()) {
-      std::memcpy(dst_alias.mutable_data_ptr(), staged.const_data_ptr(), staged.nbytes());
+      copy_bytes(dst_alias.mutable_data_ptr(), staged.const_data_ptr(), staged.nbytes());
     } else {
       dst_alias.copy_(staged);
     }
@@ -70,7 +108,7 @@ void device_to_host(const at::Tensor& src, const at::Tensor& dst, bool non_block
   }
   sync_current_stream(device);
   if (plain_bytes(src, dst)) {
-    std::memcpy(dst.mutable_data_ptr(), src_alias.const_data_ptr(), src.nbytes());
+    copy_bytes(dst.mutable_data_ptr(), src_alias.const_data_ptr(), src.nbytes());
   } else {
     dst.copy_(src_alias);
   }
@@ -94,7 +132,7 @@ void device_to_device(const at::Tensor& src, const at::Tensor& dst) {
                      [s, d]() mutable {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     if (plain_bytes(s, d)) {
-      std::memcpy(d.mutable_data_ptr(), s.const_data_ptr(), s.nbytes());
+      copy_bytes(d.mutable_data_ptr(), s.const_data_ptr(), s.nbytes());
     } else {
       d.copy_(s);
     }
