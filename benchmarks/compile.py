@@ -79,6 +79,10 @@ def sync(device):
 
 def steady_seconds(step, device, repeats):
     """First call's wall time (compiles) and the median of `repeats` later calls."""
+    # The model's upload to the device is queued: let it finish first, so the
+    # first call times compiling and running, not the copy (Inductor's peer
+    # keeps its model in host memory and has none).
+    sync(device)
     t = time.perf_counter()
     step()
     sync(device)
