@@ -60,7 +60,7 @@ void host_to_device(const at::Tensor& src, const at::Tensor& dst, bool non_block
     size_t n = dst.nbytes();
     void* d = dst.mutable_data_ptr();
     launch(device, "aten::copy_ (host to neuron)", [src, d, n] {
-      std::memcpy(d, src.const_data_ptr(), n);
+      copy_bytes(d, src.const_data_ptr(), n);
     });
     return;
   }
