@@ -408,10 +408,19 @@ def test_a_copy_to_an_idle_device_is_done_when_it_returns():
     assert torch.equal(dev.cpu(), src)
     assert torch.equal(src.to("neuron").cpu(), src)
     assert torch.equal(src[:-7].view(5, MiB).to("neuron").cpu(), src[:-7].view(5, MiB))
+    # Conversions in the same pass: dtype, layout (a transposed source), broadcasting.
+    rows = src[:-7].view(1280, 4096)
+    _, queued = _queued_host_copies(lambda: (rows.to("neuron", torch.bfloat16), rows.t().to("neuron"),
+                                             torch.empty(3, 4096, device="neuron").copy_(rows[0])))
+    assert queued == []
+    assert torch.equal(rows.to("neuron", torch.bfloat16).cpu(), rows.to(torch.bfloat16))
+    assert torch.equal(rows.t().to("neuron").cpu(), rows.t())
+    assert rows.t().to("neuron").stride() == rows.t().stride()  # to() keeps the strides it can
+    assert torch.equal(torch.empty(3, 4096, device="neuron").copy_(rows[0]).cpu(), rows[0].expand(3, 4096))
 
 
 def test_a_copy_behind_queued_work_keeps_stream_order():
-    src = torch.randn(3 * MiB)
+    src = torch.rand(3 * MiB) + 0.5  # positive: sums in any order agree to float32's precision
     expected = src.clone()
     dst = torch.zeros(3 * MiB, device="neuron")
     a = torch.randn(768, 768, device="neuron")

@@ -68,9 +68,14 @@ void host_to_device(const at::Tensor& src, const at::Tensor& dst, bool non_block
   // before its step is queued): copy now, from the caller's thread, as CUDA
   // copies pageable memory before it returns. No staging copy, which would
   // double the bytes moved and fault in host memory of the tensor's size.
-  if (plain_bytes(src, dst) && stream_idle(device)) {
+  if (stream_idle(device)) {
     yield_host_threads_to_device();  // device work from this thread, as a launch is
-    copy_bytes(dst.mutable_data_ptr(), src.const_data_ptr(), dst.nbytes());
+    if (plain_bytes(src, dst)) {
+      copy_bytes(dst.mutable_data_ptr(), src.const_data_ptr(), dst.nbytes());
+    } else {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      cpu_alias(dst).copy_(src);  // dtype conversion, broadcasting and layout in one pass
+    }
     return;
   }
   // Pageable source behind queued work: stage it now (the caller may
