@@ -84,7 +84,8 @@ void host_to_device(const at::Tensor& src, const at::Tensor& dst, bool non_block
   at::Tensor staged;
   if (plain_bytes(src, dst)) {
     staged = at::empty_strided(src.sizes(), src.strides(), src.options());
-    copy_bytes(staged.mutable_data_ptr(), src.const_data_ptr(), src.nbytes());
+    // The host thread alone: the device's compute threads are busy with the queue.
+    std::memcpy(staged.mutable_data_ptr(), src.const_data_ptr(), src.nbytes());
   } else {
     staged = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU));
     staged.copy_(src);  // dtype conversion, broadcasting and layout on the host
