@@ -130,7 +130,7 @@ std::atomic<uint64_t> g_queued_work{0};
 
 // ---- nrtStream_st ------------------------------------------------------------
 
-nrtStatus nrtStream_st::enqueue(Task&& t, bool report_failure, uint64_t* seq) {
+nrtStatus nrtStream_st::enqueue(Task&& t, bool report_failure, uint64_t* seq, bool* joined) {
   if (t.kind <= Task::Kind::kMemcpy) g_queued_work.fetch_add(1, std::memory_order_relaxed);
   if (profiling_on() && t.kind <= Task::Kind::kMemcpy) [[unlikely]] {  // work, not markers
     t.profile = begin_task_profile(device, id, t.op_name);
@@ -147,6 +147,18 @@ nrtStatus nrtStream_st::enqueue(Task&& t, bool report_failure, uint64_t* seq) {
     take_failure_locked(&f);
     lock.unlock();
     return set_async_error(std::move(f.op_name), f.message, std::move(f.original));
+  }
+  if (t.kind == Task::Kind::kJoinable && !t.profile && !queue_.empty()) {
+    // The queue's last task has not started (the worker takes tasks out of
+    // the queue before running them), so work joined to it runs where it
+    // would have run queued after it.
+    Task& last = queue_.back();
+    if (last.kind == Task::Kind::kJoinable && last.seq > skip_through_ &&
+        last.joinable->join(*t.joinable)) {
+      if (seq) *seq = last.seq;
+      if (joined) *joined = true;
+      return nrtSuccess;
+    }
   }
   if (stopped_) [[unlikely]] {
     // The worker is gone (process exit, or a destroyed stream): run inline.
@@ -184,9 +196,9 @@ nrtStatus nrtStream_st::enqueue(Task&& t, bool report_failure, uint64_t* seq) {
   return nrtSuccess;
 }
 
-nrtStatus nrtStream_st::submit(Task&& t) {
+nrtStatus nrtStream_st::submit(Task&& t, bool* joined) {
   uint64_t seq = 0;
-  if (nrtStatus st = enqueue(std::move(t), /*report_failure=*/true, &seq); st != nrtSuccess) {
+  if (nrtStatus st = enqueue(std::move(t), /*report_failure=*/true, &seq, joined); st != nrtSuccess) {
     return st;
   }
   if (config().launch_blocking) [[unlikely]] {
@@ -282,9 +294,14 @@ bool nrtStream_st::run(Task& t, bool skip, Failure* failure) {
       event_wait(t.event, t.generation);
       break;
     case Task::Kind::kFunction:
+    case Task::Kind::kJoinable:
       if (skip) break;
       try {
-        t.fn();
+        if (t.kind == Task::Kind::kFunction) {
+          t.fn();
+        } else {
+          t.joinable->run();
+        }
       } catch (...) {
         std::exception_ptr e = std::current_exception();
         *failure = make_failure(device, t.op_name, describe(e), e);
@@ -326,6 +343,7 @@ bool nrtStream_st::run(Task& t, bool skip, Failure* failure) {
   // Drop captures and event references before the task counts as finished:
   // memory released by a task is free once a synchronize returns.
   t.fn = nullptr;
+  t.joinable.reset();
   if (t.event != nullptr) {
     event_release(t.event);
     t.event = nullptr;
@@ -530,6 +548,18 @@ void launch(nrtStream_t stream, const char* op_name, std::function<void()> fn) {
   t.op_name = op_name ? op_name : "task";
   t.fn = std::move(fn);
   check(stream->submit(std::move(t)));
+}
+
+bool launch_joinable(nrtStream_t stream, const char* op_name, std::unique_ptr<JoinableWork> work) {
+  check(check_stream(stream));
+  if (!work) check(set_error(nrtErrorInvalidValue, "launch_joinable: no work"));
+  Task t;
+  t.kind = Task::Kind::kJoinable;
+  t.op_name = op_name ? op_name : "task";
+  t.joinable = std::move(work);
+  bool joined = false;
+  check(stream->submit(std::move(t), &joined));
+  return joined;
 }
 
 void synchronize(nrtStream_t stream) { check(nrtStreamSynchronize(stream)); }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "neuronrt/neuronrt.h"
+#include "neuronrt/neuronrt.hpp"
 #include "profiling.hpp"
 
 namespace neuronrt::detail {
@@ -21,11 +23,13 @@ namespace neuronrt::detail {
 // One unit of queued work. A flat struct (not a class hierarchy) so that
 // enqueueing costs no allocation beyond what a std::function's captures need.
 struct Task {
-  enum class Kind : uint8_t { kFunction, kHostFn, kMemcpy, kRecord, kWait };
+  // Work kinds come first (kind <= kMemcpy), then markers.
+  enum class Kind : uint8_t { kFunction, kJoinable, kHostFn, kMemcpy, kRecord, kWait };
   Kind kind = Kind::kFunction;
   const char* op_name = "";
   uint64_t seq = 0;
   std::function<void()> fn;        // kFunction
+  std::unique_ptr<JoinableWork> joinable;  // kJoinable
   nrtHostFn host_fn = nullptr;     // kHostFn
   void* a = nullptr;               // kHostFn: user data; kMemcpy: dst
   const void* b = nullptr;         // kMemcpy: src
@@ -45,6 +49,8 @@ class TaskQueue {
     ++size_;
   }
   size_t size() const { return size_; }
+  // The last task queued (not empty): still waiting, so its work may grow.
+  Task& back() { return slots_[(head_ + size_ - 1) & (slots_.size() - 1)]; }
   // After a burst, give a huge empty buffer back (called off the hot path).
   void shrink_if_idle_and_large() {
     if (size_ == 0 && slots_.size() > kKeepSlots) {
@@ -105,10 +111,14 @@ struct nrtStream_st {
 
   // Queues t. With report_failure, a pending failure is reported (and
   // cleared) instead of queueing. *seq receives the task's sequence number.
-  nrtStatus enqueue(neuronrt::detail::Task&& t, bool report_failure, uint64_t* seq);
+  // A joinable task joins the last queued task instead when that one is
+  // joinable, has not started and accepts it (never while profiling, which
+  // times each op); *joined then says so and *seq is that task's number.
+  nrtStatus enqueue(neuronrt::detail::Task&& t, bool report_failure, uint64_t* seq,
+                    bool* joined = nullptr);
   // Queues work from an API call: reports a pending failure first, and under
   // NEURON_LAUNCH_BLOCKING=1 waits for the work and reports its failure.
-  nrtStatus submit(neuronrt::detail::Task&& t);
+  nrtStatus submit(neuronrt::detail::Task&& t, bool* joined = nullptr);
   // Waits until task `seq` has finished (no-op on the stream's own worker).
   void wait_for(uint64_t seq);
   // Waits for everything queued so far; with consume, reports the failure.

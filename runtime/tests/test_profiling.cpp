@@ -210,3 +210,29 @@ TEST_F(Profiling, ATaskRecordsItsPartsBeforeItself) {
   EXPECT_NE(r[2].task, 0u);
   EXPECT_NE(r[2].task, r[3].task);
 }
+
+TEST_F(Profiling, JoinableWorkRunsOnItsOwnWhileProfiling) {
+  // Each launch keeps its own interval: joining would hide the second op's
+  // time inside the first one's.
+  class Joins final : public neuronrt::JoinableWork {
+   public:
+    void run() override {}
+    bool join(neuronrt::JoinableWork&) override { return true; }
+  };
+  nrtStream_t s = nrt_test::new_stream(0);
+  nrt_test::Gate started, release;
+  Session session;
+  neuronrt::launch(s, "hold", [&] {
+    started.open();
+    release.wait();
+  });
+  ASSERT_TRUE(started.wait());
+  EXPECT_FALSE(neuronrt::launch_joinable(s, "first", std::make_unique<Joins>()));
+  EXPECT_FALSE(neuronrt::launch_joinable(s, "second", std::make_unique<Joins>()));
+  release.open();
+  neuronrt::synchronize(s);
+  std::vector<std::string> names;
+  for (const auto& r : neuronrt::profiling_take_records()) names.push_back(r.op_name);
+  EXPECT_EQ(names, (std::vector<std::string>{"hold", "first", "second"}));
+  EXPECT_EQ(nrtStreamDestroy(s), nrtSuccess);
+}

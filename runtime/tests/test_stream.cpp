@@ -204,3 +204,114 @@ TEST_F(Streams, DeviceSynchronizeWaitsForAllStreams) {
   EXPECT_EQ(done.load(), 2);
   EXPECT_EQ(nrtStreamDestroy(a), nrtSuccess);
 }
+
+namespace {
+
+// Appends its id, then the ids of the work it joined, to a log; accepts work
+// of its kind up to `capacity` ids.
+class Appends final : public neuronrt::JoinableWork {
+ public:
+  Appends(std::vector<int>* log, int id, size_t capacity = 8) : log_(log), ids_{id}, capacity_(capacity) {}
+  void run() override { log_->insert(log_->end(), ids_.begin(), ids_.end()); }
+  bool join(neuronrt::JoinableWork& next) override {
+    auto* other = dynamic_cast<Appends*>(&next);
+    if (!other || ids_.size() + other->ids_.size() > capacity_) return false;
+    ids_.insert(ids_.end(), other->ids_.begin(), other->ids_.end());
+    return true;
+  }
+
+ private:
+  std::vector<int>* log_;
+  std::vector<int> ids_;
+  size_t capacity_;
+};
+
+std::unique_ptr<Appends> appends(std::vector<int>* log, int id, size_t capacity = 8) {
+  return std::make_unique<Appends>(log, id, capacity);
+}
+
+}  // namespace
+
+TEST_F(Streams, JoinableWorkJoinsOnlyTheLastQueuedTask) {
+  nrtStream_t s = nrt_test::new_stream(0);
+  std::vector<int> log;  // only touched by the worker until synchronize
+  Gate started, release;
+  neuronrt::launch(s, "hold", [&] {
+    started.open();
+    release.wait();
+  });
+  ASSERT_TRUE(started.wait());  // the worker is busy: what follows waits in the queue
+  EXPECT_FALSE(neuronrt::launch_joinable(s, "a", appends(&log, 1)));
+  EXPECT_TRUE(neuronrt::launch_joinable(s, "b", appends(&log, 2)));
+  EXPECT_TRUE(neuronrt::launch_joinable(s, "c", appends(&log, 3)));
+  neuronrt::launch(s, "plain", [&log] { log.push_back(100); });
+  EXPECT_FALSE(neuronrt::launch_joinable(s, "d", appends(&log, 4, /*capacity=*/1)));  // behind other work
+  EXPECT_FALSE(neuronrt::launch_joinable(s, "e", appends(&log, 5)));  // d refuses it
+  nrtEvent_t ev = nullptr;
+  ASSERT_EQ(nrtEventCreate(&ev, nrtEventDisableTiming), nrtSuccess);
+  ASSERT_EQ(nrtEventRecord(ev, s), nrtSuccess);
+  EXPECT_FALSE(neuronrt::launch_joinable(s, "f", appends(&log, 6)));  // behind a marker
+  release.open();
+  neuronrt::synchronize(s);
+  EXPECT_EQ(log, (std::vector<int>{1, 2, 3, 100, 4, 5, 6}));
+  EXPECT_EQ(nrtEventQuery(ev), nrtSuccess);
+  EXPECT_EQ(nrtEventDestroy(ev), nrtSuccess);
+  EXPECT_EQ(nrtStreamDestroy(s), nrtSuccess);
+}
+
+TEST_F(Streams, JoinableWorkNeverJoinsStartedWork) {
+  nrtStream_t s = nrt_test::new_stream(0);
+  std::vector<int> log;
+  Gate started, release;
+  class Holds final : public neuronrt::JoinableWork {
+   public:
+    Holds(Gate* started, Gate* release) : started_(started), release_(release) {}
+    void run() override {
+      started_->open();
+      release_->wait();
+    }
+    bool join(neuronrt::JoinableWork&) override { return true; }  // would take anything
+
+   private:
+    Gate* started_;
+    Gate* release_;
+  };
+  EXPECT_FALSE(neuronrt::launch_joinable(s, "hold", std::make_unique<Holds>(&started, &release)));
+  ASSERT_TRUE(started.wait());
+  EXPECT_FALSE(neuronrt::launch_joinable(s, "a", appends(&log, 1)));  // runs after it, on its own
+  release.open();
+  neuronrt::synchronize(s);
+  EXPECT_EQ(log, std::vector<int>{1});
+  EXPECT_EQ(nrtStreamDestroy(s), nrtSuccess);
+}
+
+TEST_F(Streams, JoinableWorkFailureIsReportedAndItsQueueSkipped) {
+  nrtStream_t s = nrt_test::new_stream(0);
+  class Throws final : public neuronrt::JoinableWork {
+   public:
+    void run() override { throw std::runtime_error("step 2 of 2 failed"); }
+    bool join(neuronrt::JoinableWork&) override { return false; }
+  };
+  std::vector<int> log;
+  Gate started, release;
+  neuronrt::launch(s, "hold", [&] {
+    started.open();
+    release.wait();
+  });
+  ASSERT_TRUE(started.wait());
+  neuronrt::launch_joinable(s, "throws", std::make_unique<Throws>());
+  neuronrt::launch_joinable(s, "after", appends(&log, 1));
+  release.open();
+  try {
+    neuronrt::synchronize(s);
+    FAIL() << "expected the failure";
+  } catch (const neuronrt::AsyncError& e) {
+    EXPECT_EQ(e.op_name(), "throws");
+    EXPECT_NE(std::string(e.what()).find("step 2 of 2 failed"), std::string::npos);
+  }
+  EXPECT_TRUE(log.empty());  // queued behind the failure: skipped
+  neuronrt::launch_joinable(s, "later", appends(&log, 2));
+  neuronrt::synchronize(s);
+  EXPECT_EQ(log, std::vector<int>{2});
+  EXPECT_EQ(nrtStreamDestroy(s), nrtSuccess);
+}

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -66,6 +67,25 @@ void check(nrtStatus status);
 // or synchronize() on that stream. op_name must outlive the task (a string
 // literal or an operator schema's name). Throws a pending AsyncError first.
 void launch(nrtStream_t stream, const char* op_name, std::function<void()> fn);
+
+// Work that work of its kind launched right after it may join while it waits
+// in a stream's queue: consecutive elementwise steps over the same memory
+// then run as one pass (the torch layer's foreach chains). join() is called
+// under the stream's lock, on the last queued task, before that task starts.
+class JoinableWork {
+ public:
+  virtual ~JoinableWork() = default;
+  virtual void run() = 0;
+  // Takes `next`'s work into this one (to run after this one's own) and
+  // returns true, or returns false and leaves both unchanged.
+  virtual bool join(JoinableWork& next) = 0;
+};
+
+// Enqueues `work` as launch() does, or joins it to the stream's last queued
+// task when that is joinable work which has not started and accepts it
+// (never while profiling: the profiler times each launch on its own).
+// Returns whether it joined.
+bool launch_joinable(nrtStream_t stream, const char* op_name, std::unique_ptr<JoinableWork> work);
 
 // Waits for the stream; throws AsyncError if queued work failed.
 void synchronize(nrtStream_t stream);
