@@ -927,7 +927,7 @@ def test_executed_ops_records_paths(in_fresh_process):
     assert ops["aten::_local_scalar_dense"] == {"kernel": 1}
     for name, paths in ops.items():
         assert name.startswith("aten::"), name
-        assert set(paths) <= {"kernel", "queue", "sync", "cpu_copy"}, name
+        assert set(paths) <= {"kernel", "queue", "chained", "sync", "cpu_copy"}, name
         assert all(isinstance(c, int) and c > 0 for c in paths.values()), name
 
 

@@ -12,6 +12,7 @@
 
 #include "csrc/aten/CpuKernelCall.h"
 #include "csrc/aten/DeviceTensors.h"
+#include "csrc/aten/ForeachChain.h"
 #include "csrc/aten/IValueTensors.h"
 #include "csrc/aten/Launch.h"
 #include "csrc/aten/MetaInference.h"
@@ -147,6 +148,32 @@ int64_t work_elements(const OpPlan& plan, const Stack& args, const Stack& result
   return largest;
 }
 
+// Queues an elementwise foreach op as chain work, which joins the foreach
+// ops queued before it when it can (csrc/aten/ForeachChain.h). False when
+// the call cannot take part in a chain (its memory layout); then nothing is
+// queued.
+bool queue_foreach_chain(const c10::OperatorHandle& op, OpPlan& plan, const Stack& args,
+                         const Stack& results, const std::vector<bool>& ret_fresh, bool any_fresh,
+                         c10::DeviceIndex device) {
+  const bool in_place = plan.has_mutable_arg && !any_fresh;
+  const bool functional = plan.element_out && results.size() == 1 && ret_fresh[0] &&
+                          results[0].isTensorList();
+  if (!in_place && !functional) return false;
+  std::vector<at::Tensor> outs;
+  if (functional) outs = results[0].toTensorList().vec();
+  std::optional<ChainLayout> layout = chain_layout(args, outs);
+  if (!layout) return false;
+  CpuAliases al({.queued = true});
+  Stack cpu_stack = cpu_arguments(args, plan.facts.arg_is_generator, device, plan.name.c_str(), al);
+  for (at::Tensor& t : outs) t = queued_alias(t);
+  const bool joined = launch_joinable(
+      device, plan.name.c_str(),
+      foreach_chain(op, plan.name.c_str(), functional ? &*plan.element_out : nullptr, std::move(cpu_stack),
+                    std::move(outs), std::move(*layout)));
+  plan.counter->count(joined ? ExecPath::kChained : ExecPath::kQueue);
+  return true;
+}
+
 enum class AsyncResult { kDone, kValidate, kSyncSignature };
 
 // Queues the op. Leaves the stack untouched and returns kSyncSignature when
@@ -199,6 +226,12 @@ AsyncResult run_async(const c10::OperatorHandle& op, OpPlan& plan, Stack* stack,
   // 3. The kernel: nothing to run for pure views; otherwise the CPU kernel on
   //    aliases (taken now, so later metadata changes of the arguments cannot
   //    leak into queued work), copying fresh results into their buffers.
+  if (plan.foreach_chain && plan.out_op_ok.load(std::memory_order_relaxed) &&
+      queue_foreach_chain(op, plan, args, results, ret_fresh, any_fresh, device)) {
+    torch::jit::drop(*stack, nargs);
+    for (auto& v : results) stack->push_back(std::move(v));
+    return AsyncResult::kDone;
+  }
   if (plan.out_op && plan.out_op_ok.load(std::memory_order_relaxed) && any_fresh &&
       std::all_of(ret_fresh.begin(), ret_fresh.end(), [](bool f) { return f; })) {
     // Every return is a fresh buffer: the out= kernel writes them directly.

@@ -71,6 +71,14 @@ void launch(c10::DeviceIndex device, const char* op_name, std::function<void()> 
   NEURON_CATCH
 }
 
+bool launch_joinable(c10::DeviceIndex device, const char* op_name,
+                     std::unique_ptr<neuronrt::JoinableWork> work) {
+  yield_host_threads_to_device();
+  NEURON_TRY { return neuronrt::launch_joinable(current_stream_handle(device), op_name, std::move(work)); }
+  NEURON_CATCH
+  return false;
+}
+
 void sync_current_stream(c10::DeviceIndex device) {
   nrtStream_t stream = current_stream_handle(device);
   NEURON_TRY {

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 
 #include <ATen/core/Tensor.h>
 
 #include "csrc/runtime/WorkerThreads.h"
+#include "neuronrt/neuronrt.hpp"
 
 namespace torchneuron {
 
@@ -49,6 +51,12 @@ c10::Storage queued_storage(const c10::Storage& s);
 // work (a literal or an operator's schema name). A failure inside fn is
 // reported at the next launch or synchronization on that stream.
 void launch(c10::DeviceIndex device, const char* op_name, std::function<void()> fn);
+
+// Enqueues `work` on the current stream of `device`, or joins it to the work
+// queued last when that is waiting joinable work that accepts it
+// (neuronrt::launch_joinable). Returns whether it joined.
+bool launch_joinable(c10::DeviceIndex device, const char* op_name,
+                     std::unique_ptr<neuronrt::JoinableWork> work);
 
 // Enqueues `fn`, which runs ATen CPU kernels on the worker, for an op whose
 // work is `elements` elements (`matrix`: a matrix product or convolution):

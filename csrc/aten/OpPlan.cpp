@@ -10,6 +10,7 @@
 
 #include <c10/util/env.h>
 
+#include "csrc/aten/ForeachChain.h"
 #include "csrc/aten/ForeachElements.h"
 #include "csrc/aten/OpOverloads.h"
 
@@ -148,6 +149,7 @@ OpPlan& plan_for(const c10::OperatorHandle& op) {
     plan->out_op = find_out_variant(schema);
   }
   if (!plan->has_mutable_arg) plan->element_out = find_element_out(schema);
+  plan->foreach_chain = chainable_foreach(plan->name) && (plan->has_mutable_arg || plan->element_out);
   plan->has_cpu_kernel = op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU);
   if (forced_cpu_copy_ops().count(plan->name)) {
     plan->mode = Mode::kCpuCopy;

@@ -37,6 +37,9 @@ struct OpPlan {
   // For a functional foreach op: its element op's out= overload, which
   // writes each fresh device output directly (csrc/aten/ForeachElements.h).
   std::optional<ElementOut> element_out;
+  // An elementwise foreach op: queued, it may join the foreach ops queued
+  // before it into one pass over memory (csrc/aten/ForeachChain.h).
+  bool foreach_chain = false;
   std::atomic<bool> out_op_ok{true};  // false once out_op's or element_out's kernel used `out` as scratch
   // How big the op's work is, for whether its CPU kernel gets the worker's
   // OpenMP team (csrc/runtime/WorkerThreads.h): matrix products and

@@ -25,6 +25,7 @@ const char* exec_path_name(ExecPath p) {
     case ExecPath::kQueue: return "queue";
     case ExecPath::kSync: return "sync";
     case ExecPath::kCpuCopy: return "cpu_copy";
+    case ExecPath::kChained: return "chained";
   }
   return "?";
 }

@@ -15,8 +15,9 @@ enum class ExecPath : uint8_t {
   kQueue = 1,    // ATen CPU kernel on device buffers, queued (zero-copy)
   kSync = 2,     // ATen CPU kernel on device buffers after a stream sync
   kCpuCopy = 3,  // last resort: arguments copied to CPU and back
+  kChained = 4,  // queued, joined to the foreach ops queued before it (one pass)
 };
-constexpr int kNumExecPaths = 4;
+constexpr int kNumExecPaths = 5;
 const char* exec_path_name(ExecPath p);
 
 // One op's counters. Obtain once (op_counter(name)), then count() is a

@@ -9,7 +9,9 @@ def executed_ops():
     "kernel" (a direct neuron registration), "queue" (ATen's CPU kernel on the
     device buffers, queued on the stream, zero-copy), "sync" (the same after a
     stream synchronization, for ops whose output shape depends on the data),
-    and "cpu_copy" (the last resort: arguments copied to the host and back).
+    "chained" (queued like "queue", and joined to the foreach ops queued just
+    before it, to run with them as one pass over memory), and "cpu_copy" (the
+    last resort: arguments copied to the host and back).
     """
     return _C._executed_ops()
 

@@ -251,6 +251,9 @@ void nrtStream_st::worker_main() {
     batch.clear();
     bool skip = failed_;
     while (!queue_.empty() && batch.size() < kMaxBatch) {
+      // Joinable work queued last stays in the queue while the batch runs,
+      // so that what the host queues meanwhile can still join it.
+      if (!batch.empty() && queue_.size() == 1 && queue_.back().kind == Task::Kind::kJoinable) break;
       batch.push_back(queue_.pop());
       skip_flags[batch.size() - 1] = skip || batch.back().seq <= skip_through_;
     }

@@ -259,6 +259,32 @@ TEST_F(Streams, JoinableWorkJoinsOnlyTheLastQueuedTask) {
   EXPECT_EQ(nrtStreamDestroy(s), nrtSuccess);
 }
 
+TEST_F(Streams, JoinableWorkQueuedLastWaitsForTheNextBatch) {
+  // The worker takes queued tasks in batches; joinable work at the end of the
+  // queue is left for the next one, so work queued while the batch runs
+  // still joins it.
+  nrtStream_t s = nrt_test::new_stream(0);
+  std::vector<int> log;
+  Gate started, release, second_started, second_release;
+  neuronrt::launch(s, "hold", [&] {
+    started.open();
+    release.wait();
+  });
+  ASSERT_TRUE(started.wait());
+  neuronrt::launch(s, "hold again", [&] {
+    second_started.open();
+    second_release.wait();
+  });
+  EXPECT_FALSE(neuronrt::launch_joinable(s, "a", appends(&log, 1)));
+  release.open();
+  ASSERT_TRUE(second_started.wait());  // its batch has started
+  EXPECT_TRUE(neuronrt::launch_joinable(s, "b", appends(&log, 2)));
+  second_release.open();
+  neuronrt::synchronize(s);
+  EXPECT_EQ(log, (std::vector<int>{1, 2}));
+  EXPECT_EQ(nrtStreamDestroy(s), nrtSuccess);
+}
+
 TEST_F(Streams, JoinableWorkNeverJoinsStartedWork) {
   nrtStream_t s = nrt_test::new_stream(0);
   std::vector<int> log;
