@@ -34,6 +34,9 @@ Schedule fuse(const Graph& g) {
   const size_t n_nodes = g.nodes.size();
   std::vector<int32_t> group_of_node(n_nodes, -1);
   std::vector<int32_t> group_of_value(g.values.size(), -1);  // producer group of a root value
+  // The open group that copies into a root value (an input it overwrites): it
+  // runs where its last member is, so a reader outside it must seal it first.
+  std::vector<int32_t> group_writing(g.values.size(), -1);
   std::vector<OpenGroup> state;
 
   auto seal = [&](int32_t gi) { if (gi >= 0) state[gi].open = false; };
@@ -49,6 +52,7 @@ Schedule fuse(const Graph& g) {
       }
     }
     std::sort(nodes.begin(), nodes.end());
+    std::replace(group_writing.begin(), group_writing.end(), from, into);
     s.groups[from].nodes.clear();
     state[into].produced.insert(state[from].produced.begin(), state[from].produced.end());
     state[into].loaded.insert(state[from].loaded.begin(), state[from].loaded.end());
@@ -84,11 +88,15 @@ Schedule fuse(const Graph& g) {
         }
       }
       seal(group_of_value[dst]);
+      if (group_writing[dst] != in_place) seal(group_writing[dst]);
     }
     const auto reduction = as_last_dim_reduction(g, n);
     const bool fusable = reduction.has_value() || is_pointwise(g, n);
     if (!fusable) {
-      for (int32_t id : args) seal(group_of_value[g.root(id)]);
+      for (int32_t id : args) {
+        seal(group_of_value[g.root(id)]);
+        seal(group_writing[g.root(id)]);
+      }
       continue;
     }
     std::vector<int64_t> shape;
@@ -122,10 +130,12 @@ Schedule fuse(const Graph& g) {
       s.groups.push_back({{}, shape, false});
       state.push_back({});
     }
-    // Other groups whose values this node reads are now read from memory.
+    // Other groups whose values this node reads are now read from memory,
+    // and so are buffers other groups copied into.
     for (int32_t id : args) {
       const int32_t gi = group_of_value[g.root(id)];
       if (gi != join) seal(gi);
+      if (group_writing[g.root(id)] != join) seal(group_writing[g.root(id)]);
       if (!state[join].produced.count(id)) state[join].loaded.insert(g.root(id));
       if (id != g.root(id)) state[join].viewed.insert(g.root(id));
     }
@@ -137,8 +147,11 @@ Schedule fuse(const Graph& g) {
         group_of_value[out] = join;
       }
     }
-    if (reduction || copy_into) {
-      s.groups[join].reduces = reduction.has_value();
+    // A copy into a buffer leaves its group open: the copies of an optimizer's
+    // parameter, moments and step then join the one group computing them.
+    if (copy_into) group_writing[g.root(static_cast<int32_t>(n.args[0].i))] = join;
+    if (reduction) {
+      s.groups[join].reduces = true;
       seal(join);
     }
   }

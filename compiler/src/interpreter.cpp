@@ -125,6 +125,12 @@ class TileRunner {
           void* src = element(in.operand, offsets_[in.operand] + c0 * stride);
           if (plan_.load_in_place[i]) {
             reads_[in.dst] = static_cast<const float*>(src);
+          } else if (stride == 0) {
+            // One element broadcast along the row (a 0-dim tensor: an
+            // optimizer's bias correction): converted once, then filled.
+            float value;
+            prims_.load(op.dtype, src, 1, &value, 1);
+            prims_.fill(value, result(i, c0), n);
           } else {
             prims_.load(op.dtype, src, stride, result(i, c0), n);
           }

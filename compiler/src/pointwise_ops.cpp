@@ -20,6 +20,7 @@ enum class Form : uint8_t {
   kPowScalar,    // pow(self, exponent scalar)
   kSigmoidBackward, kTanhBackward, kSiluBackward, kThresholdBackward, kGeluBackward,
   kAddcmul, kAddcdiv,
+  kFma,          // prims.fma(a, b, c) = a * b + c (Dynamo's addcdiv_), rounded twice as eager's addcdiv
   kFull,         // full(size, value): the value everywhere (a group with no loads)
 };
 
@@ -81,6 +82,7 @@ const std::unordered_map<std::string_view, Entry>& table() {
       {"aten::gelu_backward.default", {Form::kGeluBackward}},
       {"aten::addcmul.default", {Form::kAddcmul}},
       {"aten::addcdiv.default", {Form::kAddcdiv}},
+      {"prims::fma.default", {Form::kFma}},
       {"aten::full.default", {Form::kFull}},
       {"aten::full_like.default", {Form::kFull}},  // its first argument gives only the shape: not read
   };
@@ -98,7 +100,8 @@ int operand_count(Form f) {
   switch (f) {
     case Form::kUnary: case Form::kLogicalNot: case Form::kGelu: case Form::kFull: return 1;
     case Form::kCast: return 1;
-    case Form::kWhere: case Form::kAddcmul: case Form::kAddcdiv: case Form::kThresholdBackward: return 3;
+    case Form::kWhere: case Form::kAddcmul: case Form::kAddcdiv: case Form::kThresholdBackward: case Form::kFma:
+      return 3;
     default: return 2;
   }
 }
@@ -251,6 +254,7 @@ int32_t emit_pointwise(const Graph&, const Node& n, const TileEmitter& emit) {
       const int32_t below = emit.op(TileOp::kLe, arg(1), arg(2), -1);
       return emit.op(TileOp::kWhere, emit.constant(0.f), arg(0), below);
     }
+    case Form::kFma: return emit.op(TileOp::kAdd, emit.op(TileOp::kMul, arg(0), arg(1), -1), arg(2), -1);
     case Form::kAddcmul: case Form::kAddcdiv: {  // self + value * (t1 op t2)
       const int32_t prod = emit.op(e->form == Form::kAddcmul ? TileOp::kMul : TileOp::kDiv, arg(1), arg(2), -1);
       const float value = scalar(3, 1.f);

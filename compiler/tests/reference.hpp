@@ -146,6 +146,7 @@ class Reference {
       else if (n.op == "aten::sub.Tensor") v = x(0) - x(2) * x(1);
       else if (n.op == "aten::mul.Tensor") v = x(0) * x(1);
       else if (n.op == "aten::div.Tensor") v = x(0) / x(1);
+      else if (n.op == "prims::fma.default") v = x(0) * x(1) + x(2);
       else if (n.op == "aten::exp.default") v = std::exp(x(0));
       else if (n.op == "aten::pow.Tensor_Scalar") v = std::pow(x(0), x(1));
       else if (n.op == "aten::rsqrt.default") v = 1 / std::sqrt(x(0));

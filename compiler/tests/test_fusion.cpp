@@ -202,3 +202,44 @@ TEST(Fusion, ACopyIntoABufferItsSourceGroupReadsThroughAViewRunsApart) {
   ASSERT_EQ(s.groups.size(), 2u);
   EXPECT_TRUE(s.materialized[e]);
 }
+
+TEST(Fusion, CopiesIntoSeveralInputsJoinTheGroupComputingThem) {
+  // An optimizer's update: the parameter and its moment computed together and
+  // copied back into both, in one pass.
+  GraphBuilder b;
+  const int32_t p = b.input(DType::kFloat32, {64});
+  const int32_t g = b.input(DType::kFloat32, {64});
+  const int32_t m = b.input(DType::kFloat32, {64});
+  const int32_t decayed = b.node("aten::mul.Tensor", {T(m), Arg::real(0.9)}, DType::kFloat32, {64});
+  const int32_t m2 = b.node("aten::add.Tensor", {T(decayed), T(g), Arg::integer(1)}, DType::kFloat32, {64});
+  const int32_t p2 = b.node("aten::sub.Tensor", {T(p), T(m2), Arg::real(0.01)}, DType::kFloat32, {64});
+  b.copy_into(p, p2);
+  b.copy_into(m, m2);
+  const Schedule s = fuse(b.build());
+  ASSERT_EQ(s.groups.size(), 1u);
+  EXPECT_EQ(s.groups[0].nodes.size(), 5u);
+  EXPECT_FALSE(s.materialized[m2]);
+  EXPECT_FALSE(s.materialized[p2]);
+}
+
+TEST(Fusion, ANodeReadingABufferAGroupCopiedIntoRunsAfterThatGroup) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {4, 8});
+  const int32_t e = b.node("aten::exp.default", {T(x)}, DType::kFloat32, {4, 8});
+  b.copy_into(x, e);
+  // Not fusable (a reduction over the first dimension): reads the new x.
+  const int32_t total = b.node("aten::sum.dim_IntList", {T(x), Arg::int_list({0}), Arg::boolean(false)},
+                               DType::kFloat32, {8});
+  // Pointwise over the same shape, after the reader: a group of its own.
+  const int32_t twice = b.node("aten::mul.Tensor", {T(e), Arg::real(2.0)}, DType::kFloat32, {4, 8});
+  b.output(total);
+  b.output(twice);
+  const Schedule s = fuse(b.build());
+  ASSERT_EQ(s.groups.size(), 2u);
+  ASSERT_EQ(s.steps.size(), 3u);
+  EXPECT_EQ(s.steps[0].kind, ScheduledStep::Kind::kFused);  // exp and the copy
+  EXPECT_EQ(s.steps[0].group, 0);
+  EXPECT_EQ(s.steps[1].kind, ScheduledStep::Kind::kNode);   // the sum reads the copied x
+  EXPECT_EQ(s.steps[2].group, 1);
+  EXPECT_TRUE(s.materialized[e]);
+}

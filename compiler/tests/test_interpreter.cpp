@@ -294,6 +294,26 @@ TEST(Interpreter, ScalarTensorsAndSizeOneDimensions) {
   check(b.build());
 }
 
+TEST_P(EveryFloatType, BroadcastScalarTensorsAndFma) {
+  // An optimizer step's shape: 0-dim tensors (bias corrections) broadcast over
+  // a parameter, and Dynamo's addcdiv_ as prims.fma.
+  const DType t = GetParam();
+  GraphBuilder b;
+  const int32_t p = b.input(t, {3, 1000});
+  const int32_t m = b.input(t, {3, 1000});
+  const int32_t scale = b.input(t, {});
+  const int32_t shift = b.input(DType::kFloat32, {});
+  const int32_t q = b.node("aten::div.Tensor", {T(m), T(scale)}, t, {3, 1000});
+  const int32_t r = b.node("prims::fma.default", {T(q), Arg::real(-0.001), T(p)}, t, {3, 1000});
+  const int32_t u = b.node("prims::fma.default", {T(r), T(shift), T(q)}, t, {3, 1000});
+  b.output(r);
+  b.output(u);
+  const Graph g = b.build();
+  const Schedule s = fuse(g);
+  ASSERT_EQ(s.groups.size(), 1u);  // one group: fma is pointwise
+  check(g);
+}
+
 TEST(Interpreter, LargeGroupsSplitOverThreads) {
   GraphBuilder b;
   const int32_t x = b.input(DType::kFloat32, {64, 2500});

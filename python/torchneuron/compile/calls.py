@@ -30,23 +30,50 @@ class _Host:
         return _Host, (self.name,)
 
 
+class _Op:
+    """An ATen op overload by name (overloads do not pickle)."""
+    __slots__ = ("name", "overload", "_op")
+
+    def __init__(self, op):
+        self.name, self.overload = op._schema.name.removeprefix("aten::"), op._overloadname
+        self._op = op
+
+    def __call__(self, *args, **kwargs):
+        if self._op is None:
+            self._op = getattr(getattr(torch.ops.aten, self.name), self.overload)
+        return self._op(*args, **kwargs)
+
+    def __getstate__(self):
+        return self.name, self.overload
+
+    def __setstate__(self, state):
+        self.name, self.overload = state
+        self._op = None
+
+
+def _host_arg(a):
+    return _Host(a.name) if isinstance(a, torch.fx.Node) else a
+
+
 class CallPlan:
     def __init__(self, serialized):
         self.inputs = serialized.inputs
         self.host_inputs = [(node.name, i) for node, i in serialized.host_inputs]
         self.host_steps = [
-            (node.name, node.target,
-             tuple(_Host(a.name) if isinstance(a, torch.fx.Node) else a for a in node.args))
+            (node.name, _Op(node.target) if isinstance(node.target, torch._ops.OpOverload) else node.target,
+             torch.fx.node.map_aggregate(node.args, _host_arg), torch.fx.node.map_aggregate(node.kwargs, _host_arg))
             for node in serialized.host_nodes]
         self.outputs = [(kind, j.name if kind == "host" else j) for kind, j in serialized.outputs]
         self.device = serialized.device
         self.trivial = not self.host_inputs and not self.host_steps and all(
             kind == "arg" for kind, _ in self.inputs) and all(kind == "program" for kind, _ in self.outputs)
 
-    def program_inputs(self, args: list) -> list:
+    def program_inputs(self, args: list, host: dict | None = None) -> list:
         if self.trivial:
             return list(args)
-        return [args[i] if kind == "arg" else (self._on_device(args[i]) if kind == "rng_state" else i)
+        return [args[i] if kind == "arg" else (
+                self._on_device(args[i]) if kind == "rng_state" else (
+                    self._on_device(host[i]) if kind == "host" else i))
                 for kind, i in self.inputs]
 
     def _on_device(self, t):
@@ -54,9 +81,13 @@ class CallPlan:
 
     def host_values(self, args: list) -> dict:
         values = {name: args[i] for name, i in self.host_inputs}
-        for name, fn, fn_args in self.host_steps:
-            call_args = [values[a.name] if isinstance(a, _Host) else a for a in fn_args]
-            values[name] = fn(*call_args) if callable(fn) else getattr(operator, fn)(*call_args)
+        def value(a):
+            return values[a.name] if isinstance(a, _Host) else a
+
+        for name, fn, fn_args, fn_kwargs in self.host_steps:
+            call_args = [value(a) for a in fn_args]
+            call_kwargs = {k: value(a) for k, a in fn_kwargs.items()}
+            values[name] = fn(*call_args, **call_kwargs) if callable(fn) else getattr(operator, fn)(*call_args)
         return values
 
     def results(self, program_outputs: list, host: dict):

@@ -16,6 +16,7 @@ Kept whole (removed from the core-ATen table), and why:
 | `embedding_dense_backward` | the embedding kernel's scatter-add |
 | `silu`, `gelu_` and their backwards, `tanh_backward`, `sigmoid_backward` | activation epilogues of the GEMM (SwiGLU/GeGLU) |
 | `nll_loss_forward`/`_backward` | the fused cross-entropy kernel |
+| `addcmul`, `addcdiv` | fused groups computing `self + value * (t1 op t2)` as eager's CPU kernel does (PyTorch's decomposition is `prims.fma`, which has no tile op: an extern call that took 4.3 ms where eager took 0.7) |
 
 Never in the table, so kept anyway: `addmm`, `mm`, `bmm` (the GEMM and the
 skinny matmul), `native_layer_norm`, `embedding`, `_softmax`,
@@ -32,6 +33,10 @@ them (csrc/aten/native/OutDtypeProducts.h): ATen has no CPU kernel for an
 extern call, and the compiler's pattern pass joins casts and product again
 where the target has a mixed-precision GEMM.
 
+Also added: PyTorch's elementwise foreach ops (a compiled optimizer step) as their
+element op per tensor, which the compiler fuses per parameter
+(foreach_decompositions.py).
+
 Everything else follows the core-ATen table: composite ops (`linear`,
 `layer_norm`, ...) arrive as their ATen pieces, in-place ops as functional
 ones (AOTAutograd functionalizes), and the rest as core ATen ops.
@@ -39,6 +44,8 @@ ones (AOTAutograd functionalizes), and the rest as core ATen ops.
 import functools
 
 import torch
+
+from .foreach_decompositions import foreach_decompositions
 
 aten = torch.ops.aten
 
@@ -52,6 +59,7 @@ KEPT_WHOLE = (
     aten.silu, aten.silu_, aten.silu_backward, aten.gelu_, aten.gelu_backward,
     aten.tanh_backward, aten.sigmoid_backward,
     aten.nll_loss_forward, aten.nll_loss_backward,
+    aten.addcmul, aten.addcmul_, aten.addcdiv, aten.addcdiv_,
 )
 
 
@@ -92,6 +100,7 @@ def _table():
     table[aten.bmm.dtype] = _bmm_dtype
     table[aten.addmm.dtype] = _addmm_dtype
     table[aten.baddbmm.dtype] = _baddbmm_dtype
+    table.update(foreach_decompositions())
     return table
 
 

@@ -102,8 +102,8 @@ def _runner(graph: ProgramGraph, compiled, cache_state: str, info: GraphInfo, re
     plan, label = graph.plan, _label(info)
 
     def run(args):
-        inputs = plan.program_inputs(args)
         host = plan.host_values(args) if not plan.trivial else None
+        inputs = plan.program_inputs(args, host)
         args.clear()  # boxed: the caller's list lets go of inputs we no longer need
         try:
             return plan.results(compiled.run(inputs), host)

@@ -89,6 +89,11 @@ _NATIVE_OPS = ("aten::_scaled_dot_product_fused_attention_overrideable.default",
                "aten::_scaled_dot_product_fused_attention_overrideable_backward.default")
 
 
+def _is_host_tensor(value) -> bool:
+    """A 0-dim CPU tensor: an optimizer's step count, and the arithmetic on it."""
+    return isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dim() == 0
+
+
 def _is_int(value) -> bool:
     return isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool)
 
@@ -241,6 +246,36 @@ def _schema_args(node):
     return out
 
 
+def _on_host(node, host) -> bool:
+    """An op on host tensors alone whose result is one (an optimizer's
+    `step += 1`, its bias corrections, the step's `copy_` back into its input):
+    computed per call on the host (calls.py)."""
+    if not _is_host_tensor(node.meta.get("val")):
+        return False
+    inputs = []
+    torch.fx.node.map_arg((node.args, node.kwargs), inputs.append)
+    return all(a in host and _is_host_tensor(a.meta.get("val")) for a in inputs)
+
+
+def _host_tensors_to_program(node, host, w, env, out):
+    """Host tensors a device op reads become program inputs, moved to the
+    device per call (calls.py): a bias correction dividing a moment."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    def add(a):
+        if a in env or a not in host or not _is_host_tensor(a.meta.get("val")):
+            return
+        with unset_fake_temporarily():
+            like = torch.empty((), dtype=a.meta["val"].dtype, device=w.device or "neuron")
+        vid, _ = w.tensor_value(like, a, is_input=True)
+        env[a] = vid
+        w.lines.append(f"input %{vid} {a.name}")
+        out.input_names.append(a.name)
+        out.inputs.append(("host", a.name))
+
+    torch.fx.node.map_arg((node.args, node.kwargs), add)
+
+
 def _op_name(op):
     schema = op._schema
     return f"{schema.name}.{schema.overload_name or 'default'}"
@@ -256,7 +291,7 @@ def serialize(gm: torch.fx.GraphModule) -> Serialized:
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             val = node.meta.get("val")
-            if _is_int(val) or collectives.is_opaque(val):
+            if _is_int(val) or collectives.is_opaque(val) or _is_host_tensor(val):
                 host.add(node)
                 out.host_inputs.append((node, position))
                 position += 1
@@ -288,7 +323,11 @@ def serialize(gm: torch.fx.GraphModule) -> Serialized:
             if not isinstance(ids, tuple):
                 raise Unsupported(f"node {node.name}: getitem of {parent.name}")
             env[node] = ids[index]
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and _on_host(node, host):
+            host.add(node)
+            out.host_nodes.append(node)
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            _host_tensors_to_program(node, host, w, env, out)
             _serialize_op(node, w, env)
         elif node.op == "call_function" and node.target in _rng_state_ops():
             _serialize_rng_state_op(node, w, env)
