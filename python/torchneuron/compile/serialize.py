@@ -7,13 +7,16 @@ fake tensor (`node.meta["val"]`); a view is not a node but a value over its
 base's buffer, found by the fake tensors sharing a storage. Input mutations
 (functionalized `copy_` into a graph input) stay nodes that write the input.
 
-Two kinds of graph values are not tensors of the program:
+Three kinds of graph values are not tensors of the program:
 - constants (`get_attr`: a tensor the graph holds, e.g. `torch.tensor([-1])`
   traced into it) are inputs of the program, passed by the caller on every call;
 - integers (`SymInt` inputs such as a sliding-window cache's fill level, which
   Dynamo makes a runtime value, and the integer arithmetic on them) are host
   values: the caller computes them per call (calls.py), so a graph whose
-  integers only flow from its inputs to its outputs is still one program.
+  integers only flow from its inputs to its outputs is still one program;
+- 0-dim CPU tensors (an optimizer's step counters) and the ops on them alone are
+  host values too; a device op that reads one gets it as a program input, moved
+  to the device per call.
 
 A graph that cannot run as one device submission raises `Unsupported` with the
 reason: symbolic shapes, integers used by tensor ops, ops whose output shape
