@@ -298,3 +298,37 @@ def test_no_disk_cache_means_no_aotautograd_entries(monkeypatch):
     assert got.cpu().tolist() == [3.0] * 3
     (record,) = torchneuron.compile_metrics()
     assert record["aot_cache"] == "off" and record["cache"] == "miss", record
+
+
+def test_a_compiled_optimizer_step_loads_from_the_cache_in_another_process(tmp_path):
+    """A compiled AdamW step's call plan holds host ops (its step counters'
+    arithmetic): pickled into AOTAutograd's cache, a second process loads it
+    and gets the same parameters and step counts."""
+    script = textwrap.dedent("""
+        import torch, torchneuron
+        torch.manual_seed(0)
+        model = torch.nn.Linear(64, 32).to("neuron")
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+        step = torch.compile(opt.step, backend="neuron")
+        g = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            for p in model.parameters():
+                p.grad = torch.randn(p.shape, generator=g).to("neuron")
+            step()
+        record = torchneuron.compile_metrics()[-1]
+        print(record["aot_cache"], record["programs"]["inference"]["executor"],
+              float(opt.state[model.weight]["step"]), repr(float(model.weight.double().sum())))
+    """)
+    env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(tmp_path / "cache"),
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]))
+
+    def run():
+        r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r.stdout.split()
+
+    first, second = run(), run()
+    assert first[:3] == ["miss", "compiler", "3.0"], first
+    assert second[:3] == ["hit", "compiler", "3.0"], second
+    assert first[3] == second[3]

@@ -31,16 +31,17 @@ class _Host:
 
 
 class _Op:
-    """An ATen op overload by name (overloads do not pickle)."""
+    """An op overload by its name ("aten::add", "Tensor"): overloads do not pickle."""
     __slots__ = ("name", "overload", "_op")
 
     def __init__(self, op):
-        self.name, self.overload = op._schema.name.removeprefix("aten::"), op._overloadname
+        self.name, self.overload = op._schema.name, op._overloadname
         self._op = op
 
     def __call__(self, *args, **kwargs):
         if self._op is None:
-            self._op = getattr(getattr(torch.ops.aten, self.name), self.overload)
+            namespace, name = self.name.split("::")
+            self._op = getattr(getattr(getattr(torch.ops, namespace), name), self.overload)
         return self._op(*args, **kwargs)
 
     def __getstate__(self):
