@@ -117,7 +117,10 @@ Schedule fuse(const Graph& g) {
     }
     for (int32_t id : args) {
       if (id == g.root(id)) continue;
+      // Through a view, element i reads another element of the buffer: not in
+      // the group that computes or overwrites that buffer tile by tile.
       joined.erase(std::remove(joined.begin(), joined.end(), group_of_value[g.root(id)]), joined.end());
+      joined.erase(std::remove(joined.begin(), joined.end(), group_writing[g.root(id)]), joined.end());
     }
     int32_t join = -1;
     if (!joined.empty()) {

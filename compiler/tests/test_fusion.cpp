@@ -243,3 +243,20 @@ TEST(Fusion, ANodeReadingABufferAGroupCopiedIntoRunsAfterThatGroup) {
   EXPECT_EQ(s.steps[2].group, 1);
   EXPECT_TRUE(s.materialized[e]);
 }
+
+TEST(Fusion, AViewOfABufferAGroupCopiedIntoIsReadAfterThatGroup) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {4, 4});
+  const int32_t e = b.node("aten::exp.default", {T(x)}, DType::kFloat32, {4, 4});
+  b.copy_into(x, e);
+  const int32_t xt = b.view(x, {4, 4}, {1, 4});
+  // Reads e (the group's value) and x through a transpose: element (i, j) needs
+  // the copy's (j, i), which the group may not have written yet.
+  const int32_t y = b.node("aten::mul.Tensor", {T(e), T(xt)}, DType::kFloat32, {4, 4});
+  b.output(y);
+  const Schedule s = fuse(b.build());
+  ASSERT_EQ(s.groups.size(), 2u);
+  EXPECT_EQ(s.steps[0].group, 0);
+  EXPECT_EQ(s.steps[1].group, 1);
+  EXPECT_TRUE(s.materialized[e]);
+}
