@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "neuroncompiler/ir.hpp"
 #include "primitives.hpp"
@@ -27,7 +28,126 @@ struct CopyPlan {
   std::vector<bool> load_in_place;     // per instruction
   std::vector<int32_t> result_into;    // per instruction: the operand it writes, or -1
   std::vector<bool> skip;              // per instruction: a store already done
+  // Per binary instruction: which operand is a constant read as a scalar
+  // (kNone, kB, or kA: op(value, a)), and its value. A constant used only
+  // so needs no tile.
+  enum class Scalar : uint8_t { kNone, kB, kA };
+  // Per instruction: its value when it is the same for every element: a
+  // constant, or a load of one element broadcast over the whole iteration
+  // space (a 0-dim tensor: an optimizer's step size) that nothing in the
+  // program writes. Read once per run instead of once per chunk.
+  std::vector<std::optional<float>> uniform;
+  std::vector<Scalar> scalar_operand;
+  std::vector<float> scalar_value;
+  // Per instruction: the tile it writes its result into (-1: none, it reads
+  // or writes the operand's memory instead, or is a constant read as a
+  // scalar only). Values share tiles once dead, so a group's live tiles stay
+  // in L1: one tile per instruction put a 20-instruction group's 80 KiB of
+  // tiles in L2, and every instruction then waited on L2 (an AdamW update ran
+  // at 0.6x eager).
+  std::vector<int32_t> tile;
+  int32_t num_tiles = 0;
 };
+
+bool is_binary(TileOp op) { return op >= TileOp::kAdd && op < TileOp::kWhere; }
+bool defines(const TileInstr& in) { return in.op != TileOp::kStore && in.op != TileOp::kReduce; }
+
+// Calls f(slot) once for each slot `in` reads.
+template <typename F>
+void for_each_read(const TileInstr& in, F&& f) {
+  if (in.op == TileOp::kLoad || in.op == TileOp::kConst) return;
+  f(in.a);
+  if (is_binary(in.op) || in.op == TileOp::kWhere) {
+    if (in.b != in.a) f(in.b);
+  }
+  if (in.op == TileOp::kWhere && in.c != in.a && in.c != in.b) f(in.c);
+}
+
+// Finds the constant operands of binary instructions; returns, per
+// instruction, whether it is a constant some instruction reads as a tile.
+std::vector<bool> plan_scalars(const TileProgram& p, CopyPlan& plan) {
+  const size_t n = p.instrs.size();
+  plan.scalar_operand.assign(n, CopyPlan::Scalar::kNone);
+  plan.scalar_value.assign(n, 0.f);
+  std::vector<bool> const_tile(n, false);
+  std::vector<int32_t> producer(static_cast<size_t>(std::max(p.num_slots, 0)), -1);
+  auto constant = [&](int32_t slot) {
+    const int32_t from = producer[slot];
+    return from >= 0 && plan.uniform[from] ? from : -1;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const TileInstr& in = p.instrs[i];
+    int32_t scalar_slot = -1;
+    if (is_binary(in.op)) {
+      if (const int32_t c = constant(in.b); c >= 0) {
+        plan.scalar_operand[i] = CopyPlan::Scalar::kB;
+        plan.scalar_value[i] = *plan.uniform[c];
+        scalar_slot = in.b;
+      } else if (const int32_t c2 = constant(in.a); c2 >= 0) {
+        plan.scalar_operand[i] = CopyPlan::Scalar::kA;
+        plan.scalar_value[i] = *plan.uniform[c2];
+        scalar_slot = in.a;
+      }
+    }
+    for_each_read(in, [&](int32_t slot) {
+      if (slot == scalar_slot && in.a != in.b) return;
+      if (const int32_t c = constant(slot); c >= 0) const_tile[c] = true;
+    });
+    if (defines(in)) producer[in.dst] = static_cast<int32_t>(i);
+  }
+  return const_tile;
+}
+
+// Gives each result that needs a tile one, reusing the tiles of values
+// whose last read has passed (a result may take the tile of an operand it
+// reads for the last time: every primitive reads element i before it writes
+// element i). Constants are filled once, not per chunk, so theirs are never
+// reused.
+void assign_tiles(const TileProgram& p, const std::vector<bool>& const_tile, CopyPlan& plan) {
+  const size_t n = p.instrs.size();
+  const auto slots = static_cast<size_t>(std::max(p.num_slots, 0));
+  plan.tile.assign(n, -1);
+  // last_read[i]: the last instruction that reads the value instruction i
+  // defines (-1: none). A slot written again holds a new value.
+  std::vector<int64_t> last_read(n, -1), pending(slots, -1);
+  for (size_t i = n; i-- > 0;) {
+    const TileInstr& in = p.instrs[i];
+    if (defines(in)) {
+      last_read[i] = pending[in.dst];
+      pending[in.dst] = -1;
+    }
+    for_each_read(in, [&](int32_t s) {
+      if (pending[s] < 0) pending[s] = static_cast<int64_t>(i);
+    });
+  }
+  std::vector<int32_t> free_tiles, live_def(slots, -1);
+  auto release = [&](int32_t def) {
+    if (plan.tile[def] >= 0 && !plan.uniform[def]) free_tiles.push_back(plan.tile[def]);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const TileInstr& in = p.instrs[i];
+    for_each_read(in, [&](int32_t s) {
+      if (live_def[s] >= 0 && last_read[live_def[s]] == static_cast<int64_t>(i)) {
+        release(live_def[s]);
+        live_def[s] = -1;
+      }
+    });
+    if (!defines(in)) continue;
+    const bool needs_tile = !plan.load_in_place[i] && plan.result_into[i] < 0 &&
+                            (!plan.uniform[i] || const_tile[i]);
+    if (needs_tile && !plan.uniform[i] && !free_tiles.empty()) {
+      plan.tile[i] = free_tiles.back();
+      free_tiles.pop_back();
+    } else if (needs_tile) {
+      plan.tile[i] = plan.num_tiles++;
+    }
+    live_def[in.dst] = static_cast<int32_t>(i);
+    if (last_read[i] < 0) {  // never read
+      release(static_cast<int32_t>(i));
+      live_def[in.dst] = -1;
+    }
+  }
+}
 
 // The bytes operand o spans over the iteration space.
 std::pair<uintptr_t, uintptr_t> extent(const TileProgram& p, const std::vector<void*>& data, size_t o) {
@@ -44,7 +164,10 @@ std::pair<uintptr_t, uintptr_t> extent(const TileProgram& p, const std::vector<v
 
 CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
   const size_t n = p.instrs.size(), last_dim = p.shape.size() - 1;
-  CopyPlan plan{std::vector<bool>(n, false), std::vector<int32_t>(n, -1), std::vector<bool>(n, false)};
+  CopyPlan plan;
+  plan.load_in_place.assign(n, false);
+  plan.result_into.assign(n, -1);
+  plan.skip.assign(n, false);
   std::vector<std::pair<uintptr_t, uintptr_t>> extents(p.operands.size());
   for (size_t o = 0; o < extents.size(); ++o) extents[o] = extent(p, data, o);
   std::vector<bool> written(p.operands.size(), false);
@@ -60,6 +183,19 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
   auto plain_float = [&](int32_t o) {
     return p.operands[o].dtype == DType::kFloat32 && p.operands[o].strides[last_dim] == 1;
   };
+  plan.uniform.assign(n, std::nullopt);
+  for (size_t i = 0; i < n; ++i) {
+    const TileInstr& in = p.instrs[i];
+    if (in.op == TileOp::kConst) plan.uniform[i] = in.imm;
+    if (in.op != TileOp::kLoad) continue;
+    const std::vector<int64_t>& strides = p.operands[in.operand].strides;
+    if (std::all_of(strides.begin(), strides.end(), [](int64_t st) { return st == 0; }) &&
+        !written[in.operand] && !overlaps(in.operand, /*only_written=*/true)) {
+      float value;
+      detail::primitives().load(p.operands[in.operand].dtype, data[in.operand], 1, &value, 1);
+      plan.uniform[i] = value;
+    }
+  }
   std::vector<int32_t> producer(static_cast<size_t>(std::max(p.num_slots, 0)), -1);
   for (size_t i = 0; i < n; ++i) {
     const TileInstr& in = p.instrs[i];
@@ -83,12 +219,13 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
     }
     if (in.op == TileOp::kStore && plain_float(in.operand) && !overlaps(in.operand, /*only_written=*/false)) {
       const int32_t from = producer[in.a];
-      if (from >= 0 && !plan.load_in_place[from] && plan.result_into[from] < 0) {
+      if (from >= 0 && !plan.load_in_place[from] && plan.result_into[from] < 0 && !plan.uniform[from]) {
         plan.result_into[from] = in.operand;
         plan.skip[i] = true;
       }
     }
   }
+  assign_tiles(p, plan_scalars(p, plan), plan);
   return plan;
 }
 
@@ -97,10 +234,13 @@ class TileRunner {
   TileRunner(const TileProgram& p, const std::vector<void*>& data, const CopyPlan& plan)
       : p_(p), data_(data), plan_(plan), prims_(detail::primitives()),
         tile_(tile_elements(p)),
-        slots_(static_cast<size_t>(std::max<int32_t>(p.num_slots, 1)) * tile_),
+        tiles_(static_cast<size_t>(plan.num_tiles) * tile_),
         reads_(static_cast<size_t>(std::max<int32_t>(p.num_slots, 1))),
         offsets_(p.operands.size()), element_bytes_(p.operands.size()) {
     for (size_t o = 0; o < element_bytes_.size(); ++o) element_bytes_[o] = dtype_size(p.operands[o].dtype);
+    for (size_t i = 0; i < p.instrs.size(); ++i) {
+      if (plan.uniform[i] && plan.tile[i] >= 0) prims_.fill(*plan.uniform[i], tile(i), tile_);
+    }
   }
 
   // Row `row` of the leading dimensions, elements [c0, c0 + n) of the last.
@@ -119,15 +259,23 @@ class TileRunner {
     for (size_t i = 0; i < p_.instrs.size(); ++i) {
       const TileInstr& in = p_.instrs[i];
       switch (in.op) {
+        case TileOp::kConst:
+          if (plan_.tile[i] >= 0) reads_[in.dst] = tile(i);  // filled once, in the constructor
+          break;
         case TileOp::kLoad: {
+          if (plan_.uniform[i]) {
+            if (plan_.tile[i] >= 0) reads_[in.dst] = tile(i);  // as a constant
+            break;
+          }
           const TileOperand& op = p_.operands[in.operand];
           const int64_t stride = op.strides[last];
           void* src = element(in.operand, offsets_[in.operand] + c0 * stride);
           if (plan_.load_in_place[i]) {
             reads_[in.dst] = static_cast<const float*>(src);
           } else if (stride == 0) {
-            // One element broadcast along the row (a 0-dim tensor: an
-            // optimizer's bias correction): converted once, then filled.
+            // One element broadcast along the row (a value per row; one
+            // for the whole space is uniform, above): converted once, then
+            // filled.
             float value;
             prims_.load(op.dtype, src, 1, &value, 1);
             prims_.fill(value, result(i, c0), n);
@@ -143,7 +291,6 @@ class TileRunner {
           prims_.store(op.dtype, read(in.a), element(in.operand, offsets_[in.operand] + c0 * stride), stride, n);
           break;
         }
-        case TileOp::kConst: prims_.fill(in.imm, result(i, c0), n); break;
         case TileOp::kWhere: {
           const float *c = read(in.c), *a = read(in.a), *b = read(in.b);
           prims_.where(c, a, b, result(i, c0), n);
@@ -159,8 +306,16 @@ class TileRunner {
           break;
         default:
           if (in.op >= TileOp::kAdd) {
-            const float *a = read(in.a), *b = read(in.b);
-            prims_.binary(in.op, a, b, result(i, c0), n);
+            switch (plan_.scalar_operand[i]) {
+              case CopyPlan::Scalar::kB:
+                prims_.binary_scalar(in.op, read(in.a), plan_.scalar_value[i], false, result(i, c0), n);
+                break;
+              case CopyPlan::Scalar::kA:
+                prims_.binary_scalar(in.op, read(in.b), plan_.scalar_value[i], true, result(i, c0), n);
+                break;
+              case CopyPlan::Scalar::kNone:
+                prims_.binary(in.op, read(in.a), read(in.b), result(i, c0), n);
+            }
           } else {
             const float* a = read(in.a);
             prims_.unary(in.op, in.dtype, a, result(i, c0), n);
@@ -188,15 +343,15 @@ class TileRunner {
   // What slot s holds: its own tile, or the operand's memory after a load in
   // place.
   const float* read(int32_t s) const { return reads_[s]; }
-  // Where instruction i writes its result slot: the slot's own tile, or the
-  // output it is stored to.
+  // Where instruction i writes its result slot: its tile, or the output it
+  // is stored to.
   float* result(size_t i, int64_t c0) {
-    const int32_t s = p_.instrs[i].dst, o = plan_.result_into[i];
-    float* tile = o >= 0 ? static_cast<float*>(element(o, offsets_[o] + c0))
-                         : slots_.data() + static_cast<size_t>(s) * tile_;
-    reads_[s] = tile;
-    return tile;
+    const int32_t o = plan_.result_into[i];
+    float* out = o >= 0 ? static_cast<float*>(element(o, offsets_[o] + c0)) : tile(i);
+    reads_[p_.instrs[i].dst] = out;
+    return out;
   }
+  float* tile(size_t i) { return tiles_.data() + static_cast<size_t>(plan_.tile[i]) * tile_; }
   void* element(int32_t operand, int64_t index) const {
     return static_cast<char*>(data_[operand]) + index * element_bytes_[operand];
   }
@@ -206,7 +361,7 @@ class TileRunner {
   const CopyPlan& plan_;
   const detail::Primitives& prims_;
   const int64_t tile_;
-  std::vector<float> slots_;
+  std::vector<float> tiles_;
   std::vector<const float*> reads_;
   std::vector<int64_t> offsets_;
   std::vector<int64_t> element_bytes_;

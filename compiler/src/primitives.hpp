@@ -23,6 +23,8 @@ struct Primitives {
   // Unary ops of TileOp; kRoundTo rounds to `dtype` (16-bit floats, ints, bool).
   void (*unary)(TileOp op, DType dtype, const float* a, float* dst, int64_t n);
   void (*binary)(TileOp op, const float* a, const float* b, float* dst, int64_t n);
+  // dst[i] = op(a[i], b), or op(b, a[i]) when scalar_first
+  void (*binary_scalar)(TileOp op, const float* a, float b, bool scalar_first, float* dst, int64_t n);
   void (*where)(const float* cond, const float* a, const float* b, float* dst, int64_t n);
   double (*sum)(const float* a, int64_t n);
   float (*max)(const float* a, int64_t n);

@@ -27,6 +27,15 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// float_to_bf16 then back, within 32-bit lanes: the loop then stays in one
+// vector width (packing to 16 bits and widening again cost 2x).
+inline float round_to_bf16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t quiet_nan = (u | 0x400000u) & 0xffff0000u;
+  return std::bit_cast<float>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
 // exp by range reduction x = n ln2 + r and a degree-6 polynomial on r
 // (branch-free, so loops over it vectorize); within 2 ulp of expf.
 inline float exp_poly(float x) {
@@ -168,7 +177,7 @@ inline void map1(const float* a, float* d, int64_t n, F f) {
 
 float round_to(DType dtype, float v) {
   switch (dtype) {
-    case DType::kBFloat16: return bf16_to_float(float_to_bf16(v));
+    case DType::kBFloat16: return round_to_bf16(v);
     case DType::kFloat16: return static_cast<float>(static_cast<_Float16>(v));
     case DType::kBool: return v != 0.f ? 1.f : 0.f;
     case DType::kInt64:
@@ -219,12 +228,24 @@ void unary(TileOp op, DType dtype, const float* a, float* d, int64_t n) {
   }
 }
 
-template <typename F>
-inline void map2(const float* a, const float* b, float* d, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
+// Element i of a binary op's operand: a tile's element, or one value for
+// every element (a constant operand, which then needs no tile of its own).
+struct FromTile {
+  const float* p;
+  float operator()(int64_t i) const { return p[i]; }
+};
+struct FromScalar {
+  float v;
+  float operator()(int64_t) const { return v; }
+};
+
+template <typename A, typename B, typename F>
+inline void map2(A a, B b, float* d, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f(a(i), b(i));
 }
 
-void binary(TileOp op, const float* a, const float* b, float* d, int64_t n) {
+template <typename A, typename B>
+void binary_of(TileOp op, A a, B b, float* d, int64_t n) {
   switch (op) {
     case TileOp::kAdd: return map2(a, b, d, n, [](float x, float y) { return x + y; });
     case TileOp::kSub: return map2(a, b, d, n, [](float x, float y) { return x - y; });
@@ -257,6 +278,18 @@ void binary(TileOp op, const float* a, const float* b, float* d, int64_t n) {
         return (grad * s) * (1.f + x * (1.f - s));
       });
     default: return;
+  }
+}
+
+void binary(TileOp op, const float* a, const float* b, float* d, int64_t n) {
+  binary_of(op, FromTile{a}, FromTile{b}, d, n);
+}
+
+void binary_scalar(TileOp op, const float* a, float b, bool scalar_first, float* d, int64_t n) {
+  if (scalar_first) {
+    binary_of(op, FromScalar{b}, FromTile{a}, d, n);
+  } else {
+    binary_of(op, FromTile{a}, FromScalar{b}, d, n);
   }
 }
 
@@ -310,7 +343,7 @@ float max(const float* a, int64_t n) {
 }  // namespace
 
 extern const Primitives kPrimitives;
-const Primitives kPrimitives{&load, &store, &fill, &unary, &binary, &where, &sum, &max};
+const Primitives kPrimitives{&load, &store, &fill, &unary, &binary, &binary_scalar, &where, &sum, &max};
 
 }  // namespace neuroncompiler::NK_ISA
 

@@ -116,6 +116,11 @@ TileProgram lower_group(const Graph& g, const Schedule& s, const FusedGroup& gro
   const bool scalar_space = group.shape.empty();
   std::map<int32_t, int32_t> slot_of;     // values computed in the group
   std::map<int32_t, int32_t> loaded;      // values loaded (by the id read, views included)
+  // Slots whose values a 16-bit float type holds exactly (loaded from it or
+  // rounded to it, or chosen among such values): rounding them to it again
+  // changes nothing, so it is not emitted (a bfloat16 copy_ of a bfloat16
+  // result rounded twice).
+  std::map<int32_t, DType> exact_in;
   auto new_slot = [&] { return p.num_slots++; };
   auto add_operand = [&](int32_t value, const Layout& layout) {
     Layout l = layout;
@@ -143,7 +148,12 @@ TileProgram lower_group(const Graph& g, const Schedule& s, const FusedGroup& gro
     in.dst = new_slot();
     p.instrs.push_back(in);
     loaded[id] = in.dst;
+    exact_in[in.dst] = p.operands[in.operand].dtype;
     return in.dst;
+  };
+  auto exact_dtype = [&](int32_t slot) {
+    const auto it = exact_in.find(slot);
+    return it == exact_in.end() ? DType::kFloat32 : it->second;
   };
   emit.op = [&](TileOp op, int32_t a, int32_t b, int32_t c) {
     TileInstr in;
@@ -153,6 +163,14 @@ TileProgram lower_group(const Graph& g, const Schedule& s, const FusedGroup& gro
     in.c = c;
     in.dst = new_slot();
     p.instrs.push_back(in);
+    const bool selects = op == TileOp::kNeg || op == TileOp::kAbs || op == TileOp::kRelu ||
+                         op == TileOp::kMax || op == TileOp::kMin || op == TileOp::kWhere;
+    const DType d = exact_dtype(a);
+    const bool two = op == TileOp::kMax || op == TileOp::kMin;
+    if (selects && d != DType::kFloat32 && (!two || exact_dtype(b) == d) &&
+        (op != TileOp::kWhere || exact_dtype(b) == d)) {
+      exact_in[in.dst] = d;
+    }
     return in.dst;
   };
   auto store = [&](int32_t slot, int32_t value) {
@@ -184,7 +202,9 @@ TileProgram lower_group(const Graph& g, const Schedule& s, const FusedGroup& gro
     const bool copy_into = n.op == kCopyInto;
     const int32_t out = copy_into ? static_cast<int32_t>(n.args[0].i) : n.outputs[0];
     const DType dtype = g.value(out).layout.dtype;
-    if (dtype != DType::kFloat32) {  // eager stores (and later reads) the rounded value
+    const bool is_16bit_float = dtype == DType::kBFloat16 || dtype == DType::kFloat16;
+    if (dtype != DType::kFloat32 && !(is_16bit_float && exact_dtype(result) == dtype)) {
+      // eager stores (and later reads) the rounded value
       TileInstr in;
       in.op = TileOp::kRoundTo;
       in.a = result;
@@ -192,6 +212,7 @@ TileProgram lower_group(const Graph& g, const Schedule& s, const FusedGroup& gro
       in.dst = new_slot();
       p.instrs.push_back(in);
       result = in.dst;
+      if (is_16bit_float) exact_in[result] = dtype;
     }
     if (copy_into) {
       store(result, out);

@@ -4,6 +4,7 @@
 // random pointwise graphs.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -572,6 +573,36 @@ TEST(TileCopies, AResultIsNotWrittenEarlyOverMemoryALaterLoadReads) {
   }
 }
 
+TEST(TileCopies, ConstantsAndUniformLoadsAreScalarsAndDeadTilesAreReused) {
+  // out1 <- where(3, (3 - a) / 3 * u, a) with u one element broadcast over
+  // everything (a 0-dim tensor); slot 0 is then written again: out2 <- (2 *
+  // out1)^2; out3 <- 3, a constant stored (so also read as a tile).
+  TileProgram p;
+  p.shape = {3, 2500};
+  p.operands = {{0, DType::kFloat32, {2500, 1}}, {1, DType::kFloat32, {0, 0}}, {2, DType::kFloat32, {2500, 1}},
+                {3, DType::kFloat32, {2500, 1}}, {4, DType::kFloat32, {2500, 1}}};
+  TileInstr three = instr(TileOp::kConst, 1);
+  three.imm = 3.f;
+  TileInstr choose = instr(TileOp::kWhere, 6, 5, 0);
+  choose.c = 1;
+  p.instrs = {memory(TileOp::kLoad, 0, 0), three, instr(TileOp::kSub, 2, 1, 0), instr(TileOp::kDiv, 3, 2, 1),
+              memory(TileOp::kLoad, 4, 1), instr(TileOp::kMul, 5, 3, 4), choose, memory(TileOp::kStore, 6, 2),
+              instr(TileOp::kAdd, 0, 6, 6), instr(TileOp::kMul, 7, 0, 0), memory(TileOp::kStore, 7, 3),
+              memory(TileOp::kStore, 1, 4)};
+  p.num_slots = 8;
+  p.validate();
+  const std::vector<float> a = ramp(7500);
+  float u = 0.5f;
+  std::vector<float> out1(7500, 0.f), out2(7500, 0.f), out3(7500, 0.f);
+  run_tile_program(p, {const_cast<float*>(a.data()), &u, out1.data(), out2.data(), out3.data()}, threaded_for);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float want = (3.f - a[i]) / 3.f * 0.5f;
+    ASSERT_EQ(out1[i], want) << i;
+    ASSERT_EQ(out2[i], (want + want) * (want + want)) << i;
+    ASSERT_EQ(out3[i], 3.f) << i;
+  }
+}
+
 TEST(TileCopies, TilesShortenForGroupsWithManySlots) {
   TileProgram p;
   p.shape = {4, 4096};
@@ -610,5 +641,57 @@ TEST(Interpreter, ARoundingThatOnlyFeedsAStoreOfItsTypeIsLeftToTheStore) {
       ASSERT_EQ(got_m[e], want_m) << dtype_name(t) << " element " << e;
       ASSERT_EQ(got_s[e], want_s) << dtype_name(t) << " element " << e;
     }
+  }
+}
+
+TEST(Interpreter, AChoiceAmongValuesOfItsTypeIsNotRoundedAgain) {
+  // where(c, x * y, x + y) picks values already rounded to t; only the
+  // product and the sum are rounded (the final product only for its store).
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    GraphBuilder b;
+    const int32_t c = b.input(DType::kBool, {3, 2500});
+    const int32_t x = b.input(t, {3, 2500});
+    const int32_t y = b.input(t, {3, 2500});
+    const int32_t m = b.node("aten::mul.Tensor", {T(x), T(y)}, t, {3, 2500});
+    const int32_t s = b.node("aten::add.Tensor", {T(x), T(y), one()}, t, {3, 2500});
+    const int32_t w = b.node("aten::where.self", {T(c), T(m), T(s)}, t, {3, 2500});
+    b.output(b.node("aten::mul.Tensor", {T(w), T(w)}, t, {3, 2500}));
+    const Graph g = b.build();
+    const CompiledRun r = compile_and_run(g, nullptr, 7);
+    int roundings = 0;
+    for (const Step& step : r.program.steps) {
+      for (const TileInstr& in : step.tiles.instrs) roundings += in.op == TileOp::kRoundTo;
+    }
+    EXPECT_EQ(roundings, 2) << dtype_name(t);
+    check(g, 7);
+  }
+}
+
+TEST(Interpreter, RoundingToBFloat16IsToNearestEvenForEveryExponent) {
+  // Every upper half of a float32 with lower halves at and around the
+  // rounding boundary: NaNs stay NaN, the rest round as the reference.
+  std::vector<float> x;
+  for (uint32_t hi = 0; hi <= 0xffff; ++hi) {
+    for (uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      x.push_back(std::bit_cast<float>(hi << 16 | lo));
+    }
+  }
+  TileProgram p;
+  p.shape = {static_cast<int64_t>(x.size())};
+  p.operands = {{0, DType::kFloat32, {1}}, {1, DType::kFloat32, {1}}};
+  TileInstr round = instr(TileOp::kRoundTo, 1, 0);
+  round.dtype = DType::kBFloat16;
+  p.instrs = {memory(TileOp::kLoad, 0, 0), round, memory(TileOp::kStore, 1, 1)};
+  p.num_slots = 2;
+  p.validate();
+  std::vector<float> got(x.size(), 0.f);
+  run_tile_program(p, {x.data(), got.data()});
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) {
+      ASSERT_TRUE(std::isnan(got[i])) << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]) & 0xffffu, 0u) << i;
+      continue;
+    }
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(bf16_round(x[i]))) << i;
   }
 }
