@@ -22,12 +22,21 @@ constexpr int64_t kParallelElements = 32 * 1024;
 // A load is read in place when no store overlaps its memory, or when no store
 // comes between the load and the slot's last read (a program that writes over
 // its own input then still reads the values the input had at the load). A
-// result goes straight to its output when that output overlaps no other
-// operand, so no load or store sees it earlier than before.
+// result goes straight to its output when no load or store sees it earlier
+// than before: the output overlaps no other operand, or only loads of the
+// very same elements (same address and strides, so each element is read and
+// written in its own chunk) whose values are all read by the time the result
+// is computed. An in-place update (x.mul_(s)) then reads and writes x once.
 struct CopyPlan {
   std::vector<bool> load_in_place;     // per instruction
   std::vector<int32_t> result_into;    // per instruction: the operand it writes, or -1
-  std::vector<bool> skip;              // per instruction: a store already done
+  // Per instruction: nothing left to do (a store already done, or a
+  // rounding the instruction before it did).
+  std::vector<bool> skip;
+  // Per binary instruction: it rounds its result to bfloat16 itself and
+  // writes it where the rounding that follows it would (that rounding is
+  // skipped): one pass instead of two for every bfloat16 result.
+  std::vector<bool> rounds_bf16;
   // Per binary instruction: which operand is a constant read as a scalar
   // (kNone, kB, or kA: op(value, a)), and its value. A constant used only
   // so needs no tile.
@@ -120,6 +129,15 @@ void assign_tiles(const TileProgram& p, const std::vector<bool>& const_tile, Cop
       if (pending[s] < 0) pending[s] = static_cast<int64_t>(i);
     });
   }
+  plan.rounds_bf16.assign(n, false);
+  for (size_t i = 0; i + 1 < n; ++i) {
+    const TileInstr &in = p.instrs[i], &next = p.instrs[i + 1];
+    if (is_binary(in.op) && next.op == TileOp::kRoundTo && next.dtype == DType::kBFloat16 &&
+        next.a == in.dst && last_read[i] == static_cast<int64_t>(i + 1) && plan.result_into[i] < 0) {
+      plan.rounds_bf16[i] = true;
+      plan.skip[i + 1] = true;
+    }
+  }
   std::vector<int32_t> free_tiles, live_def(slots, -1);
   auto release = [&](int32_t def) {
     if (plan.tile[def] >= 0 && !plan.uniform[def]) free_tiles.push_back(plan.tile[def]);
@@ -133,7 +151,7 @@ void assign_tiles(const TileProgram& p, const std::vector<bool>& const_tile, Cop
       }
     });
     if (!defines(in)) continue;
-    const bool needs_tile = !plan.load_in_place[i] && plan.result_into[i] < 0 &&
+    const bool needs_tile = !plan.load_in_place[i] && plan.result_into[i] < 0 && !plan.rounds_bf16[i] &&
                             (!plan.uniform[i] || const_tile[i]);
     if (needs_tile && !plan.uniform[i] && !free_tiles.empty()) {
       plan.tile[i] = free_tiles.back();
@@ -196,6 +214,35 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
       plan.uniform[i] = value;
     }
   }
+  // The last instruction reading a load's value (the load itself when it
+  // copies into a tile): after it, the loaded memory may change.
+  auto last_read_of_load = [&](size_t i) {
+    if (!plan.load_in_place[i]) return i;
+    size_t last = i;
+    for (size_t j = i + 1; j < n; ++j) {
+      if (reads_slot(p.instrs[j], p.instrs[i].dst)) last = j;
+      if (defines(p.instrs[j]) && p.instrs[j].dst == p.instrs[i].dst) break;
+    }
+    return last;
+  };
+  // Whether instruction `from` may write its result straight into operand o.
+  auto writes_early = [&](int32_t o, size_t from) {
+    for (size_t q = 0; q < extents.size(); ++q) {
+      if (!(extents[q].first < extents[o].second && extents[o].first < extents[q].second)) continue;
+      if (q != static_cast<size_t>(o) &&
+          (written[q] || data[q] != data[o] || p.operands[q].strides != p.operands[o].strides ||
+           p.operands[q].dtype != p.operands[o].dtype)) {
+        return false;
+      }
+      for (size_t j = 0; j < n; ++j) {
+        const TileInstr& in = p.instrs[j];
+        if (in.op == TileOp::kLoad && in.operand == static_cast<int32_t>(q) && (j > from || last_read_of_load(j) > from)) {
+          return false;
+        }
+      }
+    }
+    return true;
+  };
   std::vector<int32_t> producer(static_cast<size_t>(std::max(p.num_slots, 0)), -1);
   for (size_t i = 0; i < n; ++i) {
     const TileInstr& in = p.instrs[i];
@@ -217,9 +264,10 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
       }
       plan.load_in_place[i] = safe;
     }
-    if (in.op == TileOp::kStore && plain_float(in.operand) && !overlaps(in.operand, /*only_written=*/false)) {
+    if (in.op == TileOp::kStore && plain_float(in.operand)) {
       const int32_t from = producer[in.a];
-      if (from >= 0 && !plan.load_in_place[from] && plan.result_into[from] < 0 && !plan.uniform[from]) {
+      if (from >= 0 && !plan.load_in_place[from] && plan.result_into[from] < 0 && !plan.uniform[from] &&
+          writes_early(in.operand, static_cast<size_t>(from))) {
         plan.result_into[from] = in.operand;
         plan.skip[i] = true;
       }
@@ -258,6 +306,7 @@ class TileRunner {
     const size_t last = p_.shape.size() - 1;
     for (size_t i = 0; i < p_.instrs.size(); ++i) {
       const TileInstr& in = p_.instrs[i];
+      if (plan_.skip[i]) continue;
       switch (in.op) {
         case TileOp::kConst:
           if (plan_.tile[i] >= 0) reads_[in.dst] = tile(i);  // filled once, in the constructor
@@ -285,7 +334,6 @@ class TileRunner {
           break;
         }
         case TileOp::kStore: {
-          if (plan_.skip[i]) break;
           const TileOperand& op = p_.operands[in.operand];
           const int64_t stride = op.strides[last];
           prims_.store(op.dtype, read(in.a), element(in.operand, offsets_[in.operand] + c0 * stride), stride, n);
@@ -306,15 +354,17 @@ class TileRunner {
           break;
         default:
           if (in.op >= TileOp::kAdd) {
+            const bool round = plan_.rounds_bf16[i];
+            float* out = result(round ? i + 1 : i, c0);
             switch (plan_.scalar_operand[i]) {
               case CopyPlan::Scalar::kB:
-                prims_.binary_scalar(in.op, read(in.a), plan_.scalar_value[i], false, result(i, c0), n);
+                prims_.binary_scalar(in.op, read(in.a), plan_.scalar_value[i], false, round, out, n);
                 break;
               case CopyPlan::Scalar::kA:
-                prims_.binary_scalar(in.op, read(in.b), plan_.scalar_value[i], true, result(i, c0), n);
+                prims_.binary_scalar(in.op, read(in.b), plan_.scalar_value[i], true, round, out, n);
                 break;
               case CopyPlan::Scalar::kNone:
-                prims_.binary(in.op, read(in.a), read(in.b), result(i, c0), n);
+                prims_.binary(in.op, read(in.a), read(in.b), round, out, n);
             }
           } else {
             const float* a = read(in.a);

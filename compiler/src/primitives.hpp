@@ -22,9 +22,12 @@ struct Primitives {
   void (*fill)(float value, float* dst, int64_t n);
   // Unary ops of TileOp; kRoundTo rounds to `dtype` (16-bit floats, ints, bool).
   void (*unary)(TileOp op, DType dtype, const float* a, float* dst, int64_t n);
-  void (*binary)(TileOp op, const float* a, const float* b, float* dst, int64_t n);
+  // Binary ops of TileOp; round_bf16 rounds each result to bfloat16 (and
+  // back) in the same pass.
+  void (*binary)(TileOp op, const float* a, const float* b, bool round_bf16, float* dst, int64_t n);
   // dst[i] = op(a[i], b), or op(b, a[i]) when scalar_first
-  void (*binary_scalar)(TileOp op, const float* a, float b, bool scalar_first, float* dst, int64_t n);
+  void (*binary_scalar)(TileOp op, const float* a, float b, bool scalar_first, bool round_bf16, float* dst,
+                        int64_t n);
   void (*where)(const float* cond, const float* a, const float* b, float* dst, int64_t n);
   double (*sum)(const float* a, int64_t n);
   float (*max)(const float* a, int64_t n);

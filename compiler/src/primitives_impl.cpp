@@ -239,41 +239,46 @@ struct FromScalar {
   float operator()(int64_t) const { return v; }
 };
 
-template <typename A, typename B, typename F>
+// kRound: the result rounded to bfloat16 in the same pass (a bfloat16 op's
+// result, which eager rounds before anything reads it).
+template <bool kRound, typename A, typename B, typename F>
 inline void map2(A a, B b, float* d, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) d[i] = f(a(i), b(i));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = f(a(i), b(i));
+    d[i] = kRound ? round_to_bf16(v) : v;
+  }
 }
 
-template <typename A, typename B>
+template <bool kRound, typename A, typename B>
 void binary_of(TileOp op, A a, B b, float* d, int64_t n) {
   switch (op) {
-    case TileOp::kAdd: return map2(a, b, d, n, [](float x, float y) { return x + y; });
-    case TileOp::kSub: return map2(a, b, d, n, [](float x, float y) { return x - y; });
-    case TileOp::kMul: return map2(a, b, d, n, [](float x, float y) { return x * y; });
-    case TileOp::kDiv: return map2(a, b, d, n, [](float x, float y) { return x / y; });
+    case TileOp::kAdd: return map2<kRound>(a, b, d, n, [](float x, float y) { return x + y; });
+    case TileOp::kSub: return map2<kRound>(a, b, d, n, [](float x, float y) { return x - y; });
+    case TileOp::kMul: return map2<kRound>(a, b, d, n, [](float x, float y) { return x * y; });
+    case TileOp::kDiv: return map2<kRound>(a, b, d, n, [](float x, float y) { return x / y; });
     // NaN propagates, as torch.maximum / minimum do.
-    case TileOp::kMax: return map2(a, b, d, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x > y ? x : y)); });
-    case TileOp::kMin: return map2(a, b, d, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x < y ? x : y)); });
-    case TileOp::kPow: return map2(a, b, d, n, [](float x, float y) { return std::pow(x, y); });
-    case TileOp::kEq: return map2(a, b, d, n, [](float x, float y) { return x == y ? 1.f : 0.f; });
-    case TileOp::kNe: return map2(a, b, d, n, [](float x, float y) { return x != y ? 1.f : 0.f; });
-    case TileOp::kLt: return map2(a, b, d, n, [](float x, float y) { return x < y ? 1.f : 0.f; });
-    case TileOp::kLe: return map2(a, b, d, n, [](float x, float y) { return x <= y ? 1.f : 0.f; });
-    case TileOp::kGt: return map2(a, b, d, n, [](float x, float y) { return x > y ? 1.f : 0.f; });
-    case TileOp::kGe: return map2(a, b, d, n, [](float x, float y) { return x >= y ? 1.f : 0.f; });
-    case TileOp::kLogicalAnd: return map2(a, b, d, n, [](float x, float y) { return (x != 0.f && y != 0.f) ? 1.f : 0.f; });
-    case TileOp::kLogicalOr: return map2(a, b, d, n, [](float x, float y) { return (x != 0.f || y != 0.f) ? 1.f : 0.f; });
+    case TileOp::kMax: return map2<kRound>(a, b, d, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x > y ? x : y)); });
+    case TileOp::kMin: return map2<kRound>(a, b, d, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x < y ? x : y)); });
+    case TileOp::kPow: return map2<kRound>(a, b, d, n, [](float x, float y) { return std::pow(x, y); });
+    case TileOp::kEq: return map2<kRound>(a, b, d, n, [](float x, float y) { return x == y ? 1.f : 0.f; });
+    case TileOp::kNe: return map2<kRound>(a, b, d, n, [](float x, float y) { return x != y ? 1.f : 0.f; });
+    case TileOp::kLt: return map2<kRound>(a, b, d, n, [](float x, float y) { return x < y ? 1.f : 0.f; });
+    case TileOp::kLe: return map2<kRound>(a, b, d, n, [](float x, float y) { return x <= y ? 1.f : 0.f; });
+    case TileOp::kGt: return map2<kRound>(a, b, d, n, [](float x, float y) { return x > y ? 1.f : 0.f; });
+    case TileOp::kGe: return map2<kRound>(a, b, d, n, [](float x, float y) { return x >= y ? 1.f : 0.f; });
+    case TileOp::kLogicalAnd: return map2<kRound>(a, b, d, n, [](float x, float y) { return (x != 0.f && y != 0.f) ? 1.f : 0.f; });
+    case TileOp::kLogicalOr: return map2<kRound>(a, b, d, n, [](float x, float y) { return (x != 0.f || y != 0.f) ? 1.f : 0.f; });
     // The activations' backwards in one pass each: the formulas of the chains
     // of tile ops they replace (eleven for GELU, seven for SiLU), within their
     // roundings (a product and a sum may become a multiply-add).
     case TileOp::kGeluBackward:  // grad * (Phi(x) + x * phi(x))
-      return map2(a, b, d, n, [](float grad, float x) {
+      return map2<kRound>(a, b, d, n, [](float grad, float x) {
         const float cdf = 0.5f * (1.f + erf_poly(x * 0.70710678118654752f));
         const float pdf = 0.39894228040143268f * exp_poly((x * x) * -0.5f);
         return grad * (cdf + x * pdf);
       });
     case TileOp::kSiluBackward:  // grad * s * (1 + x * (1 - s)), s = sigmoid(x)
-      return map2(a, b, d, n, [](float grad, float x) {
+      return map2<kRound>(a, b, d, n, [](float grad, float x) {
         const float s = sigmoid(x);
         return (grad * s) * (1.f + x * (1.f - s));
       });
@@ -281,16 +286,18 @@ void binary_of(TileOp op, A a, B b, float* d, int64_t n) {
   }
 }
 
-void binary(TileOp op, const float* a, const float* b, float* d, int64_t n) {
-  binary_of(op, FromTile{a}, FromTile{b}, d, n);
+void binary(TileOp op, const float* a, const float* b, bool round_bf16, float* d, int64_t n) {
+  if (round_bf16) return binary_of<true>(op, FromTile{a}, FromTile{b}, d, n);
+  binary_of<false>(op, FromTile{a}, FromTile{b}, d, n);
 }
 
-void binary_scalar(TileOp op, const float* a, float b, bool scalar_first, float* d, int64_t n) {
+void binary_scalar(TileOp op, const float* a, float b, bool scalar_first, bool round_bf16, float* d, int64_t n) {
   if (scalar_first) {
-    binary_of(op, FromScalar{b}, FromTile{a}, d, n);
-  } else {
-    binary_of(op, FromTile{a}, FromScalar{b}, d, n);
+    if (round_bf16) return binary_of<true>(op, FromScalar{b}, FromTile{a}, d, n);
+    return binary_of<false>(op, FromScalar{b}, FromTile{a}, d, n);
   }
+  if (round_bf16) return binary_of<true>(op, FromTile{a}, FromScalar{b}, d, n);
+  binary_of<false>(op, FromTile{a}, FromScalar{b}, d, n);
 }
 
 void where(const float* c, const float* a, const float* b, float* d, int64_t n) {

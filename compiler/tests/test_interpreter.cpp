@@ -573,6 +573,27 @@ TEST(TileCopies, AResultIsNotWrittenEarlyOverMemoryALaterLoadReads) {
   }
 }
 
+TEST(TileCopies, AnInPlaceUpdateIsWrittenOnlyAfterTheLastReadOfItsInput) {
+  // x <- -x with 2x stored elsewhere after it: the negation may not go into
+  // x before the add has read x. Then x <- x * 3 alone, written in place.
+  const TileProgram p = rows_program(3, {memory(TileOp::kLoad, 0, 0), instr(TileOp::kNeg, 1, 0),
+                                         instr(TileOp::kAdd, 2, 0, 0), memory(TileOp::kStore, 1, 1),
+                                         memory(TileOp::kStore, 2, 2)}, 3);
+  const std::vector<float> x0 = ramp(7500);
+  std::vector<float> x = x0, z(7500, 0.f);
+  run_tile_program(p, {x.data(), x.data(), z.data()}, threaded_for);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(x[i], -x0[i]) << i;
+    ASSERT_EQ(z[i], x0[i] + x0[i]) << i;
+  }
+  TileInstr three = instr(TileOp::kConst, 1);
+  three.imm = 3.f;
+  const TileProgram scale = rows_program(2, {memory(TileOp::kLoad, 0, 0), three, instr(TileOp::kMul, 2, 0, 1),
+                                             memory(TileOp::kStore, 2, 1)}, 3);
+  run_tile_program(scale, {x.data(), x.data()}, threaded_for);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], -x0[i] * 3.f) << i;
+}
+
 TEST(TileCopies, ConstantsAndUniformLoadsAreScalarsAndDeadTilesAreReused) {
   // out1 <- where(3, (3 - a) / 3 * u, a) with u one element broadcast over
   // everything (a 0-dim tensor); slot 0 is then written again: out2 <- (2 *
