@@ -279,9 +279,9 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
 
 class TileRunner {
  public:
-  TileRunner(const TileProgram& p, const std::vector<void*>& data, const CopyPlan& plan)
+  TileRunner(const TileProgram& p, const std::vector<void*>& data, const CopyPlan& plan, int64_t tile_size)
       : p_(p), data_(data), plan_(plan), prims_(detail::primitives()),
-        tile_(tile_elements(p)),
+        tile_(tile_size),
         tiles_(static_cast<size_t>(plan.num_tiles) * tile_),
         reads_(static_cast<size_t>(std::max<int32_t>(p.num_slots, 1))),
         offsets_(p.operands.size()), element_bytes_(p.operands.size()) {
@@ -421,10 +421,10 @@ class TileRunner {
 
 }  // namespace
 
-int64_t tile_elements(const TileProgram& program) {
-  constexpr int64_t kSlotBytes = 256 * 1024;
-  int64_t tile = 1024;
-  while (tile > 256 && std::max<int64_t>(program.num_slots, 1) * tile * 4 > kSlotBytes) tile /= 2;
+int64_t tile_elements(int32_t tiles) {
+  constexpr int64_t kTileBytes = 128 * 1024;
+  int64_t tile = 4096;
+  while (tile > 256 && std::max<int64_t>(tiles, 1) * tile * 4 > kTileBytes) tile /= 2;
   return tile;
 }
 
@@ -436,12 +436,12 @@ void run_tile_program(const TileProgram& p, const std::vector<void*>& data,
   for (size_t d = 0; d + 1 < p.shape.size(); ++d) rows *= p.shape[d];
   const bool reducing = p.reduce != ReduceKind::kNone;
   if (rows == 0 || (inner == 0 && !reducing)) return;
-  const int64_t tile = tile_elements(p);
+  const CopyPlan plan = plan_copies(p, data);
+  const int64_t tile = tile_elements(plan.num_tiles);
   const int64_t chunks = reducing ? 1 : (inner + tile - 1) / tile;
   const int64_t items = rows * chunks;
-  const CopyPlan plan = plan_copies(p, data);
   auto body = [&](int64_t begin, int64_t end) {
-    TileRunner runner(p, data, plan);
+    TileRunner runner(p, data, plan, tile);
     int64_t current_row = -1;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t row = item / chunks;

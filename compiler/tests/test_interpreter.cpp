@@ -624,13 +624,10 @@ TEST(TileCopies, ConstantsAndUniformLoadsAreScalarsAndDeadTilesAreReused) {
   }
 }
 
-TEST(TileCopies, TilesShortenForGroupsWithManySlots) {
-  TileProgram p;
-  p.shape = {4, 4096};
-  for (const auto& [slots, tile] : std::vector<std::pair<int32_t, int64_t>>{{1, 1024}, {64, 1024}, {65, 512},
-                                                                            {128, 512}, {129, 256}, {5000, 256}}) {
-    p.num_slots = slots;
-    EXPECT_EQ(tile_elements(p), tile) << slots << " slots";
+TEST(TileCopies, TilesShortenForRunsWithManyLiveTiles) {
+  for (const auto& [tiles, tile] : std::vector<std::pair<int32_t, int64_t>>{
+           {0, 4096}, {1, 4096}, {8, 4096}, {9, 2048}, {16, 2048}, {17, 1024}, {64, 512}, {65, 256}, {5000, 256}}) {
+    EXPECT_EQ(tile_elements(tiles), tile) << tiles << " tiles";
   }
 }
 
