@@ -33,8 +33,8 @@ struct CopyPlan {
   // Per instruction: nothing left to do (a store already done, or a
   // rounding the instruction before it did).
   std::vector<bool> skip;
-  // Per binary instruction: it rounds its result to bfloat16 itself and
-  // writes it where the rounding that follows it would (that rounding is
+  // Per unary or binary instruction: it rounds its result to bfloat16 itself
+  // and writes it where the rounding that follows it would (that rounding is
   // skipped): one pass instead of two for every bfloat16 result.
   std::vector<bool> rounds_bf16;
   // Per binary instruction: which operand is a constant read as a scalar
@@ -59,6 +59,7 @@ struct CopyPlan {
 };
 
 bool is_binary(TileOp op) { return op >= TileOp::kAdd && op < TileOp::kWhere; }
+bool is_math_unary(TileOp op) { return op >= TileOp::kNeg && op < TileOp::kRoundTo; }
 bool defines(const TileInstr& in) { return in.op != TileOp::kStore && in.op != TileOp::kReduce; }
 
 // Calls f(slot) once for each slot `in` reads.
@@ -132,7 +133,7 @@ void assign_tiles(const TileProgram& p, const std::vector<bool>& const_tile, Cop
   plan.rounds_bf16.assign(n, false);
   for (size_t i = 0; i + 1 < n; ++i) {
     const TileInstr &in = p.instrs[i], &next = p.instrs[i + 1];
-    if (is_binary(in.op) && next.op == TileOp::kRoundTo && next.dtype == DType::kBFloat16 &&
+    if ((is_binary(in.op) || is_math_unary(in.op)) && next.op == TileOp::kRoundTo && next.dtype == DType::kBFloat16 &&
         next.a == in.dst && last_read[i] == static_cast<int64_t>(i + 1) && plan.result_into[i] < 0) {
       plan.rounds_bf16[i] = true;
       plan.skip[i + 1] = true;
@@ -367,8 +368,8 @@ class TileRunner {
                 prims_.binary(in.op, read(in.a), read(in.b), round, out, n);
             }
           } else {
-            const float* a = read(in.a);
-            prims_.unary(in.op, in.dtype, a, result(i, c0), n);
+            const bool round = plan_.rounds_bf16[i];
+            prims_.unary(in.op, in.dtype, read(in.a), round, result(round ? i + 1 : i, c0), n);
           }
       }
     }

@@ -20,8 +20,10 @@ struct Primitives {
   // dst[i * stride] = convert(src[i])
   void (*store)(DType dtype, const float* src, void* dst, int64_t stride, int64_t n);
   void (*fill)(float value, float* dst, int64_t n);
-  // Unary ops of TileOp; kRoundTo rounds to `dtype` (16-bit floats, ints, bool).
-  void (*unary)(TileOp op, DType dtype, const float* a, float* dst, int64_t n);
+  // Unary ops of TileOp; kRoundTo rounds to `dtype` (16-bit floats, ints,
+  // bool); round_bf16 rounds the other ops' results to bfloat16 in the same
+  // pass.
+  void (*unary)(TileOp op, DType dtype, const float* a, bool round_bf16, float* dst, int64_t n);
   // Binary ops of TileOp; round_bf16 rounds each result to bfloat16 (and
   // back) in the same pass.
   void (*binary)(TileOp op, const float* a, const float* b, bool round_bf16, float* dst, int64_t n);

@@ -170,9 +170,13 @@ void fill(float value, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = value;
 }
 
-template <typename F>
+// kRound: as map2's.
+template <bool kRound = false, typename F>
 inline void map1(const float* a, float* d, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) d[i] = f(a[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = f(a[i]);
+    d[i] = kRound ? round_to_bf16(v) : v;
+  }
 }
 
 float round_to(DType dtype, float v) {
@@ -188,29 +192,37 @@ float round_to(DType dtype, float v) {
   }
 }
 
-void unary(TileOp op, DType dtype, const float* a, float* d, int64_t n) {
+// The unary ops but kRoundTo, each result rounded to bfloat16 when kRound.
+template <bool kRound>
+void math1(TileOp op, const float* a, float* d, int64_t n) {
   switch (op) {
-    case TileOp::kNeg: return map1(a, d, n, [](float x) { return -x; });
-    case TileOp::kAbs: return map1(a, d, n, [](float x) { return std::fabs(x); });
-    case TileOp::kExp: return map1(a, d, n, exp_poly);
-    case TileOp::kLog: return map1(a, d, n, [](float x) { return std::log(x); });
-    case TileOp::kSqrt: return map1(a, d, n, [](float x) { return std::sqrt(x); });
-    case TileOp::kRsqrt: return map1(a, d, n, [](float x) { return 1.f / std::sqrt(x); });
-    case TileOp::kRelu: return map1(a, d, n, [](float x) { return x > 0.f ? x : (x != x ? x : 0.f); });
-    case TileOp::kSigmoid: return map1(a, d, n, sigmoid);
-    case TileOp::kTanh: return map1(a, d, n, tanh_poly);
-    case TileOp::kSilu: return map1(a, d, n, [](float x) { return x * sigmoid(x); });
+    case TileOp::kNeg: return map1<kRound>(a, d, n, [](float x) { return -x; });
+    case TileOp::kAbs: return map1<kRound>(a, d, n, [](float x) { return std::fabs(x); });
+    case TileOp::kExp: return map1<kRound>(a, d, n, exp_poly);
+    case TileOp::kLog: return map1<kRound>(a, d, n, [](float x) { return std::log(x); });
+    case TileOp::kSqrt: return map1<kRound>(a, d, n, [](float x) { return std::sqrt(x); });
+    case TileOp::kRsqrt: return map1<kRound>(a, d, n, [](float x) { return 1.f / std::sqrt(x); });
+    case TileOp::kRelu: return map1<kRound>(a, d, n, [](float x) { return x > 0.f ? x : (x != x ? x : 0.f); });
+    case TileOp::kSigmoid: return map1<kRound>(a, d, n, sigmoid);
+    case TileOp::kTanh: return map1<kRound>(a, d, n, tanh_poly);
+    case TileOp::kSilu: return map1<kRound>(a, d, n, [](float x) { return x * sigmoid(x); });
     case TileOp::kGelu:
-      return map1(a, d, n, [](float x) { return 0.5f * x * (1.f + erf_poly(x * 0.70710678118654752f)); });
+      return map1<kRound>(a, d, n, [](float x) { return 0.5f * x * (1.f + erf_poly(x * 0.70710678118654752f)); });
     case TileOp::kGeluTanh:
-      return map1(a, d, n, [](float x) {
+      return map1<kRound>(a, d, n, [](float x) {
         return 0.5f * x * (1.f + tanh_poly(0.79788456080286536f * (x + 0.044715f * x * x * x)));
       });
-    case TileOp::kReciprocal: return map1(a, d, n, [](float x) { return 1.f / x; });
-    case TileOp::kSin: return map1(a, d, n, [](float x) { return std::sin(x); });
-    case TileOp::kCos: return map1(a, d, n, [](float x) { return std::cos(x); });
-    case TileOp::kErf: return map1(a, d, n, erf_poly);
-    case TileOp::kLogicalNot: return map1(a, d, n, [](float x) { return x == 0.f ? 1.f : 0.f; });
+    case TileOp::kReciprocal: return map1<kRound>(a, d, n, [](float x) { return 1.f / x; });
+    case TileOp::kSin: return map1<kRound>(a, d, n, [](float x) { return std::sin(x); });
+    case TileOp::kCos: return map1<kRound>(a, d, n, [](float x) { return std::cos(x); });
+    case TileOp::kErf: return map1<kRound>(a, d, n, erf_poly);
+    case TileOp::kLogicalNot: return map1<kRound>(a, d, n, [](float x) { return x == 0.f ? 1.f : 0.f; });
+    default: return;
+  }
+}
+
+void unary(TileOp op, DType dtype, const float* a, bool round_bf16, float* d, int64_t n) {
+  switch (op) {
     case TileOp::kRoundTo:
       // One loop per type: a switch per element kept the loop scalar (3x
       // slower than eager for comparisons stored as bool).
@@ -224,7 +236,9 @@ void unary(TileOp op, DType dtype, const float* a, float* d, int64_t n) {
         case DType::kUInt8: return map1(a, d, n, [](float x) { return round_to(DType::kUInt8, x); });
         default: return map1(a, d, n, [](float x) { return x; });
       }
-    default: return;
+    default:
+      if (round_bf16) return math1<true>(op, a, d, n);
+      return math1<false>(op, a, d, n);
   }
 }
 
