@@ -8,6 +8,8 @@ fresh_process.py):
                attention through scaled_dot_product_attention, SwiGLU MLP)
   mlp_train    training step of a 2-layer GELU MLP (compiled forward and
                backward, AdamW step)
+  adamw_step   that MLP's AdamW step alone (5.3M parameters, PyTorch's default
+               foreach implementation), compiled: torch.compile(opt.step)
   block_train  training step of the transformer block
   pointwise    inference of the block's elementwise work alone: SwiGLU's
                silu(gate) * up over a fused gate/up output (4 x 256 x 2 x 3072)
@@ -66,7 +68,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from fresh_process import isa_line, measure_in_fresh_process  # noqa: E402
 
-CASES = ("block", "pointwise", "mlp_train", "block_train", "llama_train", "decode_bs1", "decode_bs8")
+CASES = ("block", "pointwise", "mlp_train", "adamw_step", "block_train", "llama_train", "decode_bs1", "decode_bs8")
 PEERS = ("eager", "neuron", "inductor")
 
 
@@ -163,6 +165,8 @@ def measure_module_case(case, peer, dtype_name, quick, repeats):
     if case == "mlp_train":
         model = make_mlp(torch, dim)
         x = torch.randn(64, dim)
+    elif case == "adamw_step":
+        model, x = make_mlp(torch, dim), None
     elif case == "llama_train":
         sys.path.insert(0, os.path.dirname(__file__))
         from generate import build
@@ -179,6 +183,8 @@ def measure_module_case(case, peer, dtype_name, quick, repeats):
         model = make_block(torch, dim, 12 if dim % 12 == 0 else 8)
         x = torch.randn(batch, seq, dim)
     model = model.to(device=device, dtype=dtype)
+    if case == "adamw_step":
+        return measure_optimizer_step(torch, model, peer, device, dtype, repeats)
     x = x.to(device=device, dtype=dtype) if x.is_floating_point() else x.to(device)
     run = compiled(torch, model, peer)
     if case in ("block", "pointwise"):
@@ -198,6 +204,18 @@ def measure_module_case(case, peer, dtype_name, quick, repeats):
                 run(x).float().square().mean().backward()
             opt.step()
 
+    first, steady = steady_seconds(step, device, repeats)
+    return {"steady_s": steady, "first_s": first, **backend_share(peer)}
+
+
+def measure_optimizer_step(torch, model, peer, device, dtype, repeats):
+    """AdamW's step over the model's parameters with fixed gradients: eagerly
+    (neuron's foreach path), or the step compiled by the peer's backend."""
+    generator = torch.Generator().manual_seed(1)
+    for p in model.parameters():
+        p.grad = torch.randn(p.shape, generator=generator).to(device=device, dtype=dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    step = opt.step if peer == "eager" else compiled(torch, opt.step, peer)
     first, steady = steady_seconds(step, device, repeats)
     return {"steady_s": steady, "first_s": first, **backend_share(peer)}
 
