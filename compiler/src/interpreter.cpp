@@ -37,15 +37,15 @@ struct CopyPlan {
   // to bfloat16 itself and writes it where the rounding that follows it
   // would (that rounding is skipped): one pass instead of two.
   std::vector<bool> rounds_bf16;
-  // Per binary instruction: which operand is a constant read as a scalar
-  // (kNone, kB, or kA: op(value, a)), and its value. A constant used only
-  // so needs no tile.
-  enum class Scalar : uint8_t { kNone, kB, kA };
   // Per instruction: its value when it is the same for every element: a
   // constant, or a load of one element broadcast over the whole iteration
   // space (a 0-dim tensor: an optimizer's step size) that nothing in the
   // program writes. Read once per run instead of once per chunk.
   std::vector<std::optional<float>> uniform;
+  // Per binary instruction: which operand is a uniform value read as a
+  // scalar (kNone, kB, or kA: op(value, a)), and its value. A uniform value
+  // used only so needs no tile.
+  enum class Scalar : uint8_t { kNone, kB, kA };
   std::vector<Scalar> scalar_operand;
   std::vector<float> scalar_value;
   // Per instruction: the tile it writes its result into (-1: none, it reads
@@ -88,8 +88,8 @@ void for_each_read(const TileInstr& in, F&& f) {
   if (in.op == TileOp::kWhere && in.c != in.a && in.c != in.b) f(in.c);
 }
 
-// Finds the constant operands of binary instructions; returns, per
-// instruction, whether it is a constant some instruction reads as a tile.
+// Finds the uniform operands of binary instructions; returns, per
+// instruction, whether it is a uniform value some instruction reads as a tile.
 std::vector<bool> plan_scalars(const TileProgram& p, CopyPlan& plan) {
   const size_t n = p.instrs.size();
   plan.scalar_operand.assign(n, CopyPlan::Scalar::kNone);
@@ -223,7 +223,7 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
     if (in.op == TileOp::kConst) plan.uniform[i] = in.imm;
     if (in.op != TileOp::kLoad) continue;
     const std::vector<int64_t>& strides = p.operands[in.operand].strides;
-    if (std::all_of(strides.begin(), strides.end(), [](int64_t st) { return st == 0; }) &&
+    if (p.numel() > 0 && std::all_of(strides.begin(), strides.end(), [](int64_t st) { return st == 0; }) &&
         !written[in.operand] && !overlaps(in.operand, /*only_written=*/true)) {
       float value;
       detail::primitives().load(p.operands[in.operand].dtype, data[in.operand], 1, &value, 1);
