@@ -56,6 +56,10 @@ struct CopyPlan {
   // at 0.6x eager).
   std::vector<int32_t> tile;
   int32_t num_tiles = 0;
+  // Per binary instruction: whether its a (bit 0) and b (bit 1) are
+  // contiguous bfloat16 loads read where they lie (load_in_place, with every
+  // reader an op that reads_bfloat16_in_its_loop): such a load needs no pass.
+  std::vector<uint8_t> bfloat16_operands;
 };
 
 bool is_binary(TileOp op) { return op >= TileOp::kAdd && op < TileOp::kWhere; }
@@ -259,26 +263,49 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
     }
     return true;
   };
+  // Whether load i may be read where it lies, when its readers read it.
+  auto readable_in_place = [&](size_t i) {
+    const TileInstr& in = p.instrs[i];
+    if (!written[in.operand] && !overlaps(in.operand, /*only_written=*/true)) return true;
+    bool store_seen = false;
+    for (size_t j = i + 1; j < n; ++j) {
+      const TileInstr& later = p.instrs[j];
+      if (reads_slot(later, in.dst) && store_seen) return false;
+      if (later.op == TileOp::kStore) store_seen = true;
+      if (defines(later) && later.dst == in.dst) break;
+    }
+    return true;
+  };
+  // Whether every reader of load i's value reads it as a or b of an op that
+  // reads_bfloat16_in_its_loop.
+  auto read_by_arithmetic_only = [&](size_t i) {
+    const int32_t slot = p.instrs[i].dst;
+    for (size_t j = i + 1; j < n; ++j) {
+      const TileInstr& later = p.instrs[j];
+      if (reads_slot(later, slot) && !detail::reads_bfloat16_in_its_loop(later.op)) return false;
+      if (defines(later) && later.dst == slot) break;
+    }
+    return true;
+  };
+  auto plain_bfloat16 = [&](int32_t o) {
+    return p.operands[o].dtype == DType::kBFloat16 && p.operands[o].strides[last_dim] == 1;
+  };
+  plan.bfloat16_operands.assign(n, 0);
+  std::vector<bool> bfloat16_load(n, false);
   std::vector<int32_t> producer(static_cast<size_t>(std::max(p.num_slots, 0)), -1);
   for (size_t i = 0; i < n; ++i) {
     const TileInstr& in = p.instrs[i];
+    if (is_binary(in.op)) {
+      const int32_t pa = producer[in.a], pb = producer[in.b];
+      plan.bfloat16_operands[i] = static_cast<uint8_t>((pa >= 0 && bfloat16_load[pa] ? 1 : 0) |
+                                                       (pb >= 0 && bfloat16_load[pb] ? 2 : 0));
+    }
     if (in.op != TileOp::kStore && in.op != TileOp::kReduce) producer[in.dst] = static_cast<int32_t>(i);
-    if (in.op == TileOp::kLoad && plain_float(in.operand)) {
-      bool safe = !written[in.operand] && !overlaps(in.operand, /*only_written=*/true);
-      if (!safe) {
-        safe = true;
-        bool store_seen = false;
-        for (size_t j = i + 1; j < n; ++j) {
-          const TileInstr& later = p.instrs[j];
-          if (reads_slot(later, in.dst) && store_seen) {
-            safe = false;
-            break;
-          }
-          if (later.op == TileOp::kStore) store_seen = true;
-          if (later.op != TileOp::kStore && later.op != TileOp::kReduce && later.dst == in.dst) break;
-        }
-      }
-      plan.load_in_place[i] = safe;
+    if (in.op == TileOp::kLoad && plain_float(in.operand)) plan.load_in_place[i] = readable_in_place(i);
+    if (in.op == TileOp::kLoad && plain_bfloat16(in.operand) && !plan.uniform[i] && read_by_arithmetic_only(i) &&
+        readable_in_place(i)) {
+      plan.load_in_place[i] = true;
+      bfloat16_load[i] = true;
     }
     if (in.op == TileOp::kStore && plain_float(in.operand)) {
       const int32_t from = producer[in.a];
@@ -371,17 +398,15 @@ class TileRunner {
         default:
           if (in.op >= TileOp::kAdd) {
             const bool round = plan_.rounds_bf16[i];
-            float* out = result(round ? i + 1 : i, c0);
-            switch (plan_.scalar_operand[i]) {
-              case CopyPlan::Scalar::kB:
-                prims_.binary_scalar(in.op, read(in.a), plan_.scalar_value[i], false, round, out, n);
-                break;
-              case CopyPlan::Scalar::kA:
-                prims_.binary_scalar(in.op, read(in.b), plan_.scalar_value[i], true, round, out, n);
-                break;
-              case CopyPlan::Scalar::kNone:
-                prims_.binary(in.op, read(in.a), read(in.b), round, out, n);
+            const uint8_t bf16 = plan_.bfloat16_operands[i];
+            using Kind = detail::BinaryOperand::Kind;
+            detail::BinaryOperand a{(bf16 & 1) ? Kind::kBFloat16 : Kind::kTile, read(in.a), 0.f};
+            detail::BinaryOperand b{(bf16 & 2) ? Kind::kBFloat16 : Kind::kTile, read(in.b), 0.f};
+            const CopyPlan::Scalar scalar = plan_.scalar_operand[i];
+            if (scalar != CopyPlan::Scalar::kNone) {
+              (scalar == CopyPlan::Scalar::kA ? a : b) = {Kind::kScalar, nullptr, plan_.scalar_value[i]};
             }
+            prims_.binary(in.op, a, b, round, result(round ? i + 1 : i, c0), n);
           } else {
             const bool round = plan_.rounds_bf16[i];
             prims_.unary(in.op, in.dtype, read(in.a), round, result(round ? i + 1 : i, c0), n);

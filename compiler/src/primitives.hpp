@@ -14,6 +14,15 @@
 
 namespace neuroncompiler::detail {
 
+// An operand of a binary primitive: a float32 tile, one value for every
+// element, or contiguous bfloat16 memory (read where it lies).
+struct BinaryOperand {
+  enum class Kind : uint8_t { kTile, kScalar, kBFloat16 };
+  Kind kind = Kind::kTile;
+  const void* data = nullptr;  // kTile, kBFloat16
+  float value = 0;             // kScalar
+};
+
 struct Primitives {
   // dst[i] = float(src[i * stride]) (stride in elements; 0 broadcasts)
   void (*load)(DType dtype, const void* src, int64_t stride, float* dst, int64_t n);
@@ -24,17 +33,22 @@ struct Primitives {
   // bool); round_bf16 rounds the other ops' results to bfloat16 in the same
   // pass.
   void (*unary)(TileOp op, DType dtype, const float* a, bool round_bf16, float* dst, int64_t n);
-  // Binary ops of TileOp; round_bf16 rounds each result to bfloat16 (and
-  // back) in the same pass.
-  void (*binary)(TileOp op, const float* a, const float* b, bool round_bf16, float* dst, int64_t n);
-  // dst[i] = op(a[i], b), or op(b, a[i]) when scalar_first
-  void (*binary_scalar)(TileOp op, const float* a, float b, bool scalar_first, bool round_bf16, float* dst,
-                        int64_t n);
+  // dst[i] = op(a[i], b[i]) for the binary ops of TileOp; round_bf16 rounds
+  // each result to bfloat16 (and back) in the same pass.
+  void (*binary)(TileOp op, const BinaryOperand& a, const BinaryOperand& b, bool round_bf16, float* dst,
+                 int64_t n);
   void (*where)(const float* cond, const float* a, const float* b, float* dst, int64_t n);
   double (*sum)(const float* a, int64_t n);
   float (*max)(const float* a, int64_t n);
 };
 
 const Primitives& primitives();
+
+// The binary ops that read a bfloat16 operand where it lies within their own
+// loop: the arithmetic a group's loads feed most. The others take it widened
+// into a buffer first.
+inline bool reads_bfloat16_in_its_loop(TileOp op) {
+  return op == TileOp::kAdd || op == TileOp::kSub || op == TileOp::kMul || op == TileOp::kDiv;
+}
 
 }  // namespace neuroncompiler::detail

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "primitives.hpp"
 
@@ -16,6 +17,7 @@
 namespace neuroncompiler::NK_ISA {
 namespace {
 
+using detail::BinaryOperand;
 using detail::Primitives;
 
 inline float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
@@ -252,6 +254,12 @@ struct FromScalar {
   float v;
   float operator()(int64_t) const { return v; }
 };
+// A contiguous bfloat16 operand read where it lies, widened in the loop (a
+// bfloat16 group's load then needs no pass of its own).
+struct FromBFloat16 {
+  const uint16_t* p;
+  float operator()(int64_t i) const { return bf16_to_float(p[i]); }
+};
 
 // kRound: the result rounded to bfloat16 in the same pass (a bfloat16 op's
 // result, which eager rounds before anything reads it).
@@ -300,18 +308,73 @@ void binary_of(TileOp op, A a, B b, float* d, int64_t n) {
   }
 }
 
-void binary(TileOp op, const float* a, const float* b, bool round_bf16, float* d, int64_t n) {
-  if (round_bf16) return binary_of<true>(op, FromTile{a}, FromTile{b}, d, n);
-  binary_of<false>(op, FromTile{a}, FromTile{b}, d, n);
+template <bool kRound, typename A, typename B>
+void arithmetic_of(TileOp op, A a, B b, float* d, int64_t n) {
+  switch (op) {
+    case TileOp::kAdd: return map2<kRound>(a, b, d, n, [](float x, float y) { return x + y; });
+    case TileOp::kSub: return map2<kRound>(a, b, d, n, [](float x, float y) { return x - y; });
+    case TileOp::kMul: return map2<kRound>(a, b, d, n, [](float x, float y) { return x * y; });
+    case TileOp::kDiv: return map2<kRound>(a, b, d, n, [](float x, float y) { return x / y; });
+    default: return;
+  }
 }
 
-void binary_scalar(TileOp op, const float* a, float b, bool scalar_first, bool round_bf16, float* d, int64_t n) {
-  if (scalar_first) {
-    if (round_bf16) return binary_of<true>(op, FromScalar{b}, FromTile{a}, d, n);
-    return binary_of<false>(op, FromScalar{b}, FromTile{a}, d, n);
+template <bool kRound, typename A, typename B>
+void binary_pick(TileOp op, A a, B b, float* d, int64_t n) {
+  if constexpr (std::is_same_v<A, FromBFloat16> || std::is_same_v<B, FromBFloat16>) {
+    arithmetic_of<kRound>(op, a, b, d, n);
+  } else {
+    binary_of<kRound>(op, a, b, d, n);
   }
-  if (round_bf16) return binary_of<true>(op, FromTile{a}, FromScalar{b}, d, n);
-  binary_of<false>(op, FromTile{a}, FromScalar{b}, d, n);
+}
+
+template <bool kRound, typename A>
+void binary_with(TileOp op, A a, const BinaryOperand& b, float* d, int64_t n) {
+  switch (b.kind) {
+    case BinaryOperand::Kind::kTile: return binary_pick<kRound>(op, a, FromTile{static_cast<const float*>(b.data)}, d, n);
+    case BinaryOperand::Kind::kScalar: return binary_pick<kRound>(op, a, FromScalar{b.value}, d, n);
+    case BinaryOperand::Kind::kBFloat16:
+      return binary_pick<kRound>(op, a, FromBFloat16{static_cast<const uint16_t*>(b.data)}, d, n);
+  }
+}
+
+template <bool kRound>
+void binary_dispatch(TileOp op, const BinaryOperand& a, const BinaryOperand& b, float* d, int64_t n) {
+  switch (a.kind) {
+    case BinaryOperand::Kind::kTile: return binary_with<kRound>(op, FromTile{static_cast<const float*>(a.data)}, b, d, n);
+    case BinaryOperand::Kind::kScalar: return binary_with<kRound>(op, FromScalar{a.value}, b, d, n);
+    case BinaryOperand::Kind::kBFloat16:
+      return binary_with<kRound>(op, FromBFloat16{static_cast<const uint16_t*>(a.data)}, b, d, n);
+  }
+}
+
+// A bfloat16 operand of another op is widened into `buffer` first.
+BinaryOperand widened(const BinaryOperand& x, int64_t offset, float* buffer, int64_t n) {
+  switch (x.kind) {
+    case BinaryOperand::Kind::kTile: return {x.kind, static_cast<const float*>(x.data) + offset, 0.f};
+    case BinaryOperand::Kind::kScalar: return x;
+    case BinaryOperand::Kind::kBFloat16: {
+      const auto* p = static_cast<const uint16_t*>(x.data) + offset;
+      for (int64_t i = 0; i < n; ++i) buffer[i] = bf16_to_float(p[i]);
+      return {BinaryOperand::Kind::kTile, buffer, 0.f};
+    }
+  }
+  return x;
+}
+
+void binary(TileOp op, const BinaryOperand& a, const BinaryOperand& b, bool round_bf16, float* d, int64_t n) {
+  const bool bf16 = a.kind == BinaryOperand::Kind::kBFloat16 || b.kind == BinaryOperand::Kind::kBFloat16;
+  if (bf16 && !detail::reads_bfloat16_in_its_loop(op)) {
+    constexpr int64_t kPiece = 1024;
+    float a_buffer[kPiece], b_buffer[kPiece];
+    for (int64_t i0 = 0; i0 < n; i0 += kPiece) {
+      const int64_t m = n - i0 < kPiece ? n - i0 : kPiece;
+      binary(op, widened(a, i0, a_buffer, m), widened(b, i0, b_buffer, m), round_bf16, d + i0, m);
+    }
+    return;
+  }
+  if (round_bf16) return binary_dispatch<true>(op, a, b, d, n);
+  binary_dispatch<false>(op, a, b, d, n);
 }
 
 void where(const float* c, const float* a, const float* b, float* d, int64_t n) {
@@ -364,7 +427,7 @@ float max(const float* a, int64_t n) {
 }  // namespace
 
 extern const Primitives kPrimitives;
-const Primitives kPrimitives{&load, &store, &fill, &unary, &binary, &binary_scalar, &where, &sum, &max};
+const Primitives kPrimitives{&load, &store, &fill, &unary, &binary, &where, &sum, &max};
 
 }  // namespace neuroncompiler::NK_ISA
 

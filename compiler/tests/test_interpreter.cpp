@@ -594,6 +594,41 @@ TEST(TileCopies, AnInPlaceUpdateIsWrittenOnlyAfterTheLastReadOfItsInput) {
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], -x0[i] * 3.f) << i;
 }
 
+TEST(TileCopies, BFloat16LoadsOnlyArithmeticReadsAreReadWhereTheyLie) {
+  // out1 <- z * y; x <- y - x (bfloat16, over x's memory); out2 <- x + x with
+  // the old x; out3 <- max(y, y). z is read where it lies; y too would be but
+  // for the max; x is copied, since a store over it comes before its last read.
+  TileProgram p;
+  p.shape = {3, 2500};
+  const std::vector<int64_t> rows = {2500, 1};
+  p.operands = {{0, DType::kBFloat16, rows}, {1, DType::kBFloat16, rows}, {2, DType::kBFloat16, rows},
+                {3, DType::kFloat32, rows}, {0, DType::kBFloat16, rows}, {4, DType::kFloat32, rows},
+                {5, DType::kFloat32, rows}};
+  p.instrs = {memory(TileOp::kLoad, 0, 0), memory(TileOp::kLoad, 1, 1), memory(TileOp::kLoad, 2, 2),
+              instr(TileOp::kMul, 3, 2, 1), memory(TileOp::kStore, 3, 3), instr(TileOp::kSub, 4, 1, 0),
+              memory(TileOp::kStore, 4, 4), instr(TileOp::kAdd, 5, 0, 0), memory(TileOp::kStore, 5, 5),
+              instr(TileOp::kMax, 6, 1, 1), memory(TileOp::kStore, 6, 6)};
+  p.num_slots = 7;
+  p.validate();
+  auto bf16 = [](float v) { return static_cast<uint16_t>(std::bit_cast<uint32_t>(bf16_round(v)) >> 16); };
+  auto wide = [](uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); };
+  std::vector<uint16_t> x(7500), y(7500), z(7500);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = bf16(0.25f * static_cast<float>(i % 97) - 12.f);
+    y[i] = bf16(0.5f * static_cast<float>(i % 31) - 7.f);
+    z[i] = bf16(0.125f * static_cast<float>(i % 13) + 1.f);
+  }
+  const std::vector<uint16_t> x0 = x;
+  std::vector<float> out1(7500), out2(7500), out3(7500);
+  run_tile_program(p, {x.data(), y.data(), z.data(), out1.data(), x.data(), out2.data(), out3.data()}, threaded_for);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(out1[i], wide(z[i]) * wide(y[i])) << i;
+    ASSERT_EQ(x[i], bf16(wide(y[i]) - wide(x0[i]))) << i;
+    ASSERT_EQ(out2[i], wide(x0[i]) + wide(x0[i])) << i;
+    ASSERT_EQ(out3[i], wide(y[i])) << i;
+  }
+}
+
 TEST(TileCopies, ConstantsAndUniformLoadsAreScalarsAndDeadTilesAreReused) {
   // out1 <- where(3, (3 - a) / 3 * u, a) with u one element broadcast over
   // everything (a 0-dim tensor); slot 0 is then written again: out2 <- (2 *
