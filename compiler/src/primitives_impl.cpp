@@ -272,12 +272,21 @@ inline void map2(A a, B b, float* d, int64_t n, F f) {
 }
 
 template <bool kRound, typename A, typename B>
-void binary_of(TileOp op, A a, B b, float* d, int64_t n) {
+void arithmetic_of(TileOp op, A a, B b, float* d, int64_t n) {
   switch (op) {
     case TileOp::kAdd: return map2<kRound>(a, b, d, n, [](float x, float y) { return x + y; });
     case TileOp::kSub: return map2<kRound>(a, b, d, n, [](float x, float y) { return x - y; });
     case TileOp::kMul: return map2<kRound>(a, b, d, n, [](float x, float y) { return x * y; });
     case TileOp::kDiv: return map2<kRound>(a, b, d, n, [](float x, float y) { return x / y; });
+    default: return;
+  }
+}
+
+template <bool kRound, typename A, typename B>
+void binary_of(TileOp op, A a, B b, float* d, int64_t n) {
+  switch (op) {
+    case TileOp::kAdd: case TileOp::kSub: case TileOp::kMul: case TileOp::kDiv:
+      return arithmetic_of<kRound>(op, a, b, d, n);
     // NaN propagates, as torch.maximum / minimum do.
     case TileOp::kMax: return map2<kRound>(a, b, d, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x > y ? x : y)); });
     case TileOp::kMin: return map2<kRound>(a, b, d, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x < y ? x : y)); });
@@ -304,17 +313,6 @@ void binary_of(TileOp op, A a, B b, float* d, int64_t n) {
         const float s = sigmoid(x);
         return (grad * s) * (1.f + x * (1.f - s));
       });
-    default: return;
-  }
-}
-
-template <bool kRound, typename A, typename B>
-void arithmetic_of(TileOp op, A a, B b, float* d, int64_t n) {
-  switch (op) {
-    case TileOp::kAdd: return map2<kRound>(a, b, d, n, [](float x, float y) { return x + y; });
-    case TileOp::kSub: return map2<kRound>(a, b, d, n, [](float x, float y) { return x - y; });
-    case TileOp::kMul: return map2<kRound>(a, b, d, n, [](float x, float y) { return x * y; });
-    case TileOp::kDiv: return map2<kRound>(a, b, d, n, [](float x, float y) { return x / y; });
     default: return;
   }
 }
