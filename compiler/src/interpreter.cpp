@@ -81,6 +81,18 @@ bool rounds_in_its_loop(TileOp op) {
 }
 bool defines(const TileInstr& in) { return in.op != TileOp::kStore && in.op != TileOp::kReduce; }
 
+// Calls visit(j) for each instruction j after i while the value instruction
+// i defines is live (up to and including the instruction that writes its
+// slot again); stops early when visit returns false.
+template <typename F>
+void while_live(const TileProgram& p, size_t i, F&& visit) {
+  const int32_t slot = p.instrs[i].dst;
+  for (size_t j = i + 1; j < p.instrs.size(); ++j) {
+    if (!visit(j)) return;
+    if (defines(p.instrs[j]) && p.instrs[j].dst == slot) return;
+  }
+}
+
 // Calls f(slot) once for each slot `in` reads.
 template <typename F>
 void for_each_read(const TileInstr& in, F&& f) {
@@ -239,10 +251,10 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
   auto last_read_of_load = [&](size_t i) {
     if (!plan.load_in_place[i]) return i;
     size_t last = i;
-    for (size_t j = i + 1; j < n; ++j) {
+    while_live(p, i, [&](size_t j) {
       if (reads_slot(p.instrs[j], p.instrs[i].dst)) last = j;
-      if (defines(p.instrs[j]) && p.instrs[j].dst == p.instrs[i].dst) break;
-    }
+      return true;
+    });
     return last;
   };
   // Whether instruction `from` may write its result straight into operand o.
@@ -267,25 +279,24 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
   auto readable_in_place = [&](size_t i) {
     const TileInstr& in = p.instrs[i];
     if (!written[in.operand] && !overlaps(in.operand, /*only_written=*/true)) return true;
-    bool store_seen = false;
-    for (size_t j = i + 1; j < n; ++j) {
-      const TileInstr& later = p.instrs[j];
-      if (reads_slot(later, in.dst) && store_seen) return false;
-      if (later.op == TileOp::kStore) store_seen = true;
-      if (defines(later) && later.dst == in.dst) break;
-    }
-    return true;
+    bool safe = true, store_seen = false;
+    while_live(p, i, [&](size_t j) {
+      if (reads_slot(p.instrs[j], in.dst) && store_seen) return safe = false;
+      store_seen = store_seen || p.instrs[j].op == TileOp::kStore;
+      return true;
+    });
+    return safe;
   };
   // Whether every reader of load i's value reads it as a or b of an op that
   // reads_bfloat16_in_its_loop.
   auto read_by_arithmetic_only = [&](size_t i) {
-    const int32_t slot = p.instrs[i].dst;
-    for (size_t j = i + 1; j < n; ++j) {
+    bool only = true;
+    while_live(p, i, [&](size_t j) {
       const TileInstr& later = p.instrs[j];
-      if (reads_slot(later, slot) && !detail::reads_bfloat16_in_its_loop(later.op)) return false;
-      if (defines(later) && later.dst == slot) break;
-    }
-    return true;
+      if (reads_slot(later, p.instrs[i].dst) && !detail::reads_bfloat16_in_its_loop(later.op)) return only = false;
+      return true;
+    });
+    return only;
   };
   auto plain_bfloat16 = [&](int32_t o) {
     return p.operands[o].dtype == DType::kBFloat16 && p.operands[o].strides[last_dim] == 1;

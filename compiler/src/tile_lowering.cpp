@@ -165,10 +165,9 @@ TileProgram lower_group(const Graph& g, const Schedule& s, const FusedGroup& gro
     p.instrs.push_back(in);
     const bool selects = op == TileOp::kNeg || op == TileOp::kAbs || op == TileOp::kRelu ||
                          op == TileOp::kMax || op == TileOp::kMin || op == TileOp::kWhere;
+    const bool picks_b_too = op == TileOp::kMax || op == TileOp::kMin || op == TileOp::kWhere;
     const DType d = exact_dtype(a);
-    const bool two = op == TileOp::kMax || op == TileOp::kMin;
-    if (selects && d != DType::kFloat32 && (!two || exact_dtype(b) == d) &&
-        (op != TileOp::kWhere || exact_dtype(b) == d)) {
+    if (selects && d != DType::kFloat32 && (!picks_b_too || exact_dtype(b) == d)) {
       exact_in[in.dst] = d;
     }
     return in.dst;
