@@ -2,7 +2,11 @@
 Qwen3-style model of train.py (512 tokens a step) multiplies, and eager
 attention's batched products, on `neuron` with the library chosen for this
 CPU (TORCHNEURON_FLOAT32_GEMM=auto), on `neuron` with ATen's choice
-(=aten: MKL), and on PyTorch CPU eager (MKL).
+(=aten: MKL), and on PyTorch CPU eager (MKL). Then products of bfloat16
+operands cast to float32 (TRL's LM-head gradients, `acc.addmm_(a.float(),
+b.float())`), compiled on `neuron` (one mixed-precision GEMM at avx512_bf16),
+compiled on `neuron` with the kernels capped below avx512_bf16 (the casts and
+the float32 GEMM), and on PyTorch CPU eager.
 
     python benchmarks/gemm.py [--reps N] [--rounds R]
 
@@ -38,14 +42,59 @@ CASES = {
     "attention scores 24x256x64 @ 24x64x256": ((24, 256, 64), (24, 256, 64), True, None),
     "attention values 24x256x256 @ 24x256x64": ((24, 256, 256), (24, 256, 64), False, None),
 }
+# name: (a's shape, b's shape, a transposed from a stored [k, m] tile): acc [m, n] += a @ b
+MIXED_CASES = {
+    "LM-head input grad 510x32000 @ 32000x768": ((510, 32000), (32000, 768), False),
+    "LM-head weight grad 32000x510 @ 510x768": ((32000, 510), (510, 768), True),
+}
 PEERS = {"cpu": ("cpu", {}), "neuron-aten": ("neuron", {"TORCHNEURON_FLOAT32_GEMM": "aten"}),
-         "neuron": ("neuron", {})}
+         "neuron": ("neuron", {}), "neuron-casts": ("neuron", {})}
 
 
-def measure(device_name, reps):
-    device = torch.device(device_name)
+def casts_level():
+    """The kernels' level just below avx512_bf16 on this CPU: there the
+    compiler keeps the casts and the float32 GEMM."""
+    import torchneuron
+
+    levels = [lv for lv in torchneuron.supported_kernel_isas() if lv != "avx512_bf16"]
+    return levels[-1]
+
+
+def accumulate_upcast(acc, a, b):
+    acc.addmm_(a.float(), b.float())
+    return acc
+
+
+def measure_mixed(device, reps):
     g = torch.Generator().manual_seed(0)
+    product = accumulate_upcast if device.type == "cpu" else torch.compile(accumulate_upcast, backend="neuron")
     out = {}
+    for name, (a_shape, b_shape, transposed) in MIXED_CASES.items():
+        a = torch.randn(*(a_shape[::-1] if transposed else a_shape), generator=g).bfloat16().to(device)
+        a = a.t() if transposed else a
+        b = torch.randn(*b_shape, generator=g).bfloat16().to(device)
+        acc = torch.zeros(a.shape[0], b.shape[1], device=device)
+        flops = 2 * a.shape[0] * a.shape[1] * b.shape[1]
+        n = max(3, min(reps, int(reps * 4e8 / flops)))
+        for _ in range(2):
+            product(acc, a, b)
+        if device.type == "neuron":
+            torch.neuron.synchronize(device)
+        t = time.perf_counter()
+        for _ in range(n):
+            product(acc, a, b)
+        if device.type == "neuron":
+            torch.neuron.synchronize(device)
+        out[name] = flops * n / (time.perf_counter() - t) / 1e9
+    return out
+
+
+def measure(peer, reps):
+    device = torch.device(PEERS[peer][0])
+    out = measure_mixed(device, reps) if peer != "neuron-aten" else {}
+    if peer == "neuron-casts":
+        return out
+    g = torch.Generator().manual_seed(0)
     for name, (a_shape, b_shape, transposed, row_length) in CASES.items():
         a = torch.randn(*a_shape, generator=g).to(device)
         b = torch.randn(*b_shape, generator=g).to(device)
@@ -79,6 +128,8 @@ def measure(device_name, reps):
 def run_peer(peer, reps):
     device, extra = PEERS[peer]
     env = dict(os.environ, **extra)
+    if peer == "neuron-casts":
+        env["TORCHNEURON_ISA"] = casts_level()
     if device == "cpu":
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     r = subprocess.run([sys.executable, __file__, "--child", peer, str(reps)], env=env,
@@ -95,7 +146,7 @@ def main():
     parser.add_argument("--child", nargs=2, metavar=("PEER", "REPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(PEERS[args.child[0]][0], int(args.child[1]))))
+        print(json.dumps(measure(args.child[0], int(args.child[1]))))
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; each peer in its own process", flush=True)
     print(isa_line(), flush=True)
@@ -109,6 +160,11 @@ def main():
     print(f"{'case':<42}{'cpu':>8}{'n-aten':>8}{'neuron':>8}{'vs cpu':>8}{'vs aten':>9}   (GFLOP/s)")
     for name in CASES:
         c, a, n = best["cpu"][name], best["neuron-aten"][name], best["neuron"][name]
+        print(f"{name:<42}{c:>8.0f}{a:>8.0f}{n:>8.0f}{n / c:>7.2f}x{n / a:>8.2f}x", flush=True)
+    print(f"\nbfloat16 operands cast to float32, acc += a @ b; casts: neuron kernels at {casts_level()}")
+    print(f"{'case':<42}{'cpu':>8}{'casts':>8}{'neuron':>8}{'vs cpu':>8}{'vs casts':>9}   (GFLOP/s)")
+    for name in MIXED_CASES:
+        c, a, n = best["cpu"][name], best["neuron-casts"][name], best["neuron"][name]
         print(f"{name:<42}{c:>8.0f}{a:>8.0f}{n:>8.0f}{n / c:>7.2f}x{n / a:>8.2f}x", flush=True)
 
 

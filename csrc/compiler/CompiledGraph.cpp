@@ -49,7 +49,7 @@ class ProfiledSteps final : public nc::StepObserver {
 
 nc::CompileOptions compile_options() {
   nc::CompileOptions options;
-  options.patterns.mixed_precision_gemm = native::upcast_gemm_uses_mkl();
+  options.patterns.mixed_precision_gemm = native::upcast_gemm_is_mixed_precision();
   return options;
 }
 

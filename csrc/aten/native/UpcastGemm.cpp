@@ -10,6 +10,7 @@
 #include <ATen/ops/mm.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 
+#include "csrc/aten/native/Bf16Brgemm.h"
 #include "csrc/aten/native/OneDnnGemm.h"
 #include "neuronkernels/isa.hpp"
 
@@ -61,6 +62,8 @@ bool upcast_gemm_uses_mkl() {
   return mkl_gemm_bf16() != nullptr && intel && neuronkernels::isa() == neuronkernels::Isa::kAvx512Bf16;
 }
 
+bool upcast_gemm_is_mixed_precision() { return upcast_gemm_uses_mkl() || bf16_brgemm_available(); }
+
 void upcast_addmm_here(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, const at::Tensor* C,
                        float beta, float alpha) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -84,6 +87,12 @@ void upcast_addmm_here(const at::Tensor& A, const at::Tensor& B, const at::Tenso
          static_cast<const uint16_t*>(A.const_data_ptr()), static_cast<int>(a.ld),
          static_cast<const uint16_t*>(B.const_data_ptr()), static_cast<int>(b.ld), with_c ? beta : 0.0f,
          Y.mutable_data_ptr<float>(), static_cast<int>(Y.stride(0)));
+    return;
+  }
+  if (alpha == 1.0f && Y.stride(1) == 1 && (M <= 1 || Y.stride(0) >= N) && bf16_brgemm_available()) {
+    if (with_c && !C->is_same(Y)) Y.copy_(C->expand(Y.sizes()));
+    if (with_c && beta != 1.0f) Y.mul_(beta);
+    bf16_brgemm(A, B, Y, /*accumulate=*/with_c);
     return;
   }
   // The graph's own arithmetic: the operands cast to float32, then the
