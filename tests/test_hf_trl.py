@@ -47,8 +47,9 @@ CHAT_TEMPLATE = (
 # bf16 autocast on both devices: the matmuls round to bfloat16 in a different
 # order on neuron and on CPU, so losses agree to about 1e-4, not to float32's 1e-6.
 # The backward's float32 accumulation of bfloat16 tiles: one mixed-precision GEMM
-# where the target has one (MKL's, on Intel at avx512_bf16), else the casts and
-# the float32 product (docs/compile.md, "Pattern fusion").
+# where the target has one (at avx512_bf16: MKL's on Intel CPUs, oneDNN's
+# microkernel on others), else the casts and the float32 product (docs/compile.md,
+# "Pattern fusion").
 ACCUMULATING_GEMM = ("aten::addmm.dtype" if torchneuron._C._compile_mixed_precision_gemm()
                      else "aten::addmm.default")
 BF16_TOL = dict(atol=2e-3, rtol=2e-3)
@@ -302,6 +303,44 @@ def _fused_lm_head_loss(head, device_type, hidden, weight, targets):
         log_probs, entropy, _, _, top1 = head.apply(hidden, weight, None, targets, 1.0, 32768, None, 1.0,
                                                     ("log_probs", "entropy", "is_top1"))
     return -log_probs.mean(), entropy.detach().mean(), top1.sum()
+
+
+def test_fused_lm_head_accumulates_in_one_mixed_precision_product_on_neuron():
+    """hf_integration adaptation 17: TRL's fused LM head accumulates its bfloat16
+    gradient tiles in float32 as one out_dtype product on CUDA only, and casts both
+    operands to float32 elsewhere. Adapted, neuron takes the CUDA form, with the
+    same result; CPU tensors keep TRL's. Fails if a TRL upgrade takes the out_dtype
+    form on neuron itself (the adaptation is then unnecessary)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import trl.kernels.chunked_logprob as chunked
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    adapted = chunked._addmm_fp32
+    original = adapted.__wrapped__
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(64, 300, generator=g).bfloat16(), torch.randn(300, 40, generator=g).bfloat16()
+    acc = torch.randn(64, 40, generator=g)
+    expected = acc.clone().addmm_(a.float(), b.float())
+    results = {}
+    for name, fn, device in (("original", original, "neuron"), ("adapted", adapted, "neuron"),
+                             ("cpu", adapted, "cpu")):
+        out, a_on, b_on = acc.to(device), a.to(device), b.to(device)
+        with Ops() as ops:
+            fn(out, a_on, b_on)
+        results[name] = ops.names
+        torch.testing.assert_close(out.cpu(), expected, atol=1e-4, rtol=1e-5)
+    assert "aten.addmm.dtype_out" not in results["original"], results["original"]
+    assert results["adapted"] == ["aten.addmm.dtype_out"], results["adapted"]
+    assert "aten.addmm.dtype_out" not in results["cpu"], results["cpu"]
 
 
 def test_fused_lm_head_compiles_into_one_graph_on_neuron():

@@ -573,6 +573,43 @@ def test_products_with_an_out_dtype(name, dtype, out_dtype, compiled):
         assert program["executor"] == "compiler", program
 
 
+# Eager products of bfloat16 operands with a float32 result, as TRL's fused LM
+# head accumulates its gradients on CUDA (and on neuron, hf_integration
+# adaptation 17): one mixed-precision GEMM where the CPU has one.
+EAGER_MIXED = {  # form: (op, the call, its reference on operands cast to the result's dtype)
+    "accumulate": ("aten::addmm.dtype_out", lambda acc, a, b: torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc),
+                   lambda acc, a, b: acc.addmm_(a, b)),
+    "transposed": ("aten::addmm.dtype_out",
+                   lambda acc, a, b: torch.addmm(acc, a.t().contiguous().t(), b, out_dtype=torch.float32, out=acc),
+                   lambda acc, a, b: acc.addmm_(a, b)),
+    "bias": ("aten::addmm.dtype", lambda acc, a, b: torch.addmm(acc[0], a, b, out_dtype=torch.float32, beta=0.5),
+             lambda acc, a, b: torch.addmm(acc[0], a, b, beta=0.5)),
+    "mm": ("aten::mm.dtype", lambda acc, a, b: torch.mm(a, b, out_dtype=torch.float32),
+           lambda acc, a, b: torch.mm(a, b)),
+}
+
+
+@pytest.mark.parametrize("form", sorted(EAGER_MIXED))
+def test_eager_products_of_bfloat16_with_a_float32_result_run_one_gemm(form):
+    op, fn, reference = EAGER_MIXED[form]
+    mixed = torchneuron._C._compile_mixed_precision_gemm()
+    # An odd depth over several of the microkernel's 512-deep slices where it
+    # runs; else one slice deep: oneDNN's float32 GEMM of the casts sums in an
+    # order whose error grows to 2-4x MKL's on CPU from about 1000 deep, past
+    # this test's bound (measured on an AMD EPYC Zen 5).
+    k = 1031 if mixed else 301
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(150, k, generator=g).bfloat16(), torch.randn(k, 70, generator=g).bfloat16()
+    acc = torch.randn(150, 70, generator=g)
+    before = kernel_runs(op)
+    got = fn(acc.to(D), a.to(D), b.to(D)).cpu()
+    cpu = reference(acc.clone(), a.float(), b.float())
+    exact = reference(acc.double(), a.double(), b.double())
+    assert_as_close_as_cpu(got, cpu, exact)
+    # The mixed GEMM runs as the op's own kernel; without one, the operands are cast.
+    assert kernel_runs(op) - before == int(mixed), torchneuron.executed_ops()
+
+
 def test_products_with_an_out_dtype_write_out_and_take_a_16bit_bias():
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(5, 8, generator=g).bfloat16(), torch.randn(8, 3, generator=g).bfloat16()

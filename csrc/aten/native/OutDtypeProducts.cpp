@@ -1,9 +1,15 @@
 #include "csrc/aten/native/OutDtypeProducts.h"
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/baddbmm.h>
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/mm.h>
+
+#include "csrc/aten/Launch.h"
+#include "csrc/aten/OpStats.h"
+#include "csrc/aten/native/Factory.h"
+#include "csrc/aten/native/UpcastGemm.h"
 
 namespace torchneuron::native {
 namespace {
@@ -40,15 +46,70 @@ at::Tensor& into(at::Tensor& out, const at::Tensor& result) {
   return out;
 }
 
+bool plain_on(const at::Tensor& t, const at::Tensor& like, at::ScalarType dtype) {
+  return t.device() == like.device() && t.scalar_type() == dtype && t.layout() == at::kStrided && !t.is_conj() &&
+         !t.is_neg();
+}
+
+// Queues out = [beta * bias +] alpha * (a @ b) for 2-D bfloat16 operands with
+// a float32 result as one mixed-precision GEMM (UpcastGemm.h) where the CPU
+// has one, into `out` (a fresh [M, N] output when undefined; else a float32
+// tensor with unit column stride and rows that do not overlap, sharing no
+// memory with the operands, or the bias itself); false otherwise (the caller
+// casts the operands and runs the float32 product).
+bool run_mixed_precision(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
+                         at::ScalarType out_dtype, const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  if (out_dtype != at::kFloat || a.dim() != 2 || b.dim() != 2 || !a.is_privateuseone() ||
+      !plain_on(a, a, at::kBFloat16) || !plain_on(b, a, at::kBFloat16) || a.size(1) != b.size(0) ||
+      beta.isComplex() || alpha.isComplex() || !upcast_gemm_is_mixed_precision()) {
+    return false;
+  }
+  const int64_t M = a.size(0), N = b.size(1);
+  const float beta_f = static_cast<float>(beta.toDouble()), alpha_f = static_cast<float>(alpha.toDouble());
+  // As ATen's addmm: with beta 0 the bias is not read (its NaNs neither).
+  const bool use_bias = bias != nullptr && beta_f != 0.0f;
+  if (use_bias && (!plain_on(*bias, a, at::kFloat) || bias->dim() > 2 || !at::is_expandable_to(bias->sizes(), {M, N}))) {
+    return false;
+  }
+  if (out.defined()) {
+    if (!plain_on(out, a, at::kFloat) || out.dim() != 2 || out.size(0) != M || out.size(1) != N ||
+        out.stride(1) != 1 || (M > 1 && out.stride(0) < N) || out.is_alias_of(a) || out.is_alias_of(b)) {
+      return false;
+    }
+  } else {
+    out = empty_dense(a.device().index(), {M, N}, {N, 1}, caffe2::TypeMeta::Make<float>());
+  }
+  const bool bias_is_out = use_bias && bias->is_same(out);
+  if (use_bias && !bias_is_out && bias->is_alias_of(out)) return false;
+  at::Tensor A = queued_alias(a), B = queued_alias(b), Y = queued_alias(out);
+  at::Tensor C = use_bias && !bias_is_out ? queued_alias(*bias) : at::Tensor();
+  launch_cpu_kernels(a.device().index(), op, std::max({a.numel(), b.numel(), out.numel()}), /*matrix=*/true,
+                     [A, B, Y, C, bias_is_out, beta_f, alpha_f]() {
+                       upcast_addmm_here(A, B, Y, C.defined() ? &C : (bias_is_out ? &Y : nullptr), beta_f, alpha_f);
+                     });
+  return true;
+}
+
 }  // namespace
 
 at::Tensor mm_dtype(const at::Tensor& self, const at::Tensor& mat2, at::ScalarType out_dtype) {
   check_dtypes("aten::mm.dtype", self, mat2, out_dtype);
+  static OpCounter& counter = op_counter("aten::mm.dtype");
+  if (at::Tensor y; run_mixed_precision("aten::mm.dtype", self, mat2, nullptr, out_dtype, 0, 1, y)) {
+    counter.count(ExecPath::kKernel);
+    return y;
+  }
   return at::mm(as(self, out_dtype), as(mat2, out_dtype));
 }
 
 at::Tensor& mm_dtype_out(const at::Tensor& self, const at::Tensor& mat2, at::ScalarType out_dtype, at::Tensor& out) {
   check_out("aten::mm.dtype_out", out, out_dtype);
+  check_dtypes("aten::mm.dtype_out", self, mat2, out_dtype);
+  static OpCounter& counter = op_counter("aten::mm.dtype_out");
+  if (run_mixed_precision("aten::mm.dtype_out", self, mat2, nullptr, out_dtype, 0, 1, out)) {
+    counter.count(ExecPath::kKernel);
+    return out;
+  }
   return into(out, mm_dtype(self, mat2, out_dtype));
 }
 
@@ -56,6 +117,11 @@ at::Tensor addmm_dtype(const at::Tensor& self, const at::Tensor& mat1, const at:
                        at::ScalarType out_dtype, const at::Scalar& beta, const at::Scalar& alpha) {
   check_dtypes("aten::addmm.dtype", mat1, mat2, out_dtype);
   check_bias("aten::addmm.dtype", self, mat1, out_dtype);
+  static OpCounter& counter = op_counter("aten::addmm.dtype");
+  if (at::Tensor y; run_mixed_precision("aten::addmm.dtype", mat1, mat2, &self, out_dtype, beta, alpha, y)) {
+    counter.count(ExecPath::kKernel);
+    return y;
+  }
   return at::addmm(as(self, out_dtype), as(mat1, out_dtype), as(mat2, out_dtype), beta, alpha);
 }
 
@@ -63,6 +129,14 @@ at::Tensor& addmm_dtype_out(const at::Tensor& self, const at::Tensor& mat1, cons
                             at::ScalarType out_dtype, const at::Scalar& beta, const at::Scalar& alpha,
                             at::Tensor& out) {
   check_out("aten::addmm.dtype_out", out, out_dtype);
+  check_dtypes("aten::addmm.dtype_out", mat1, mat2, out_dtype);
+  check_bias("aten::addmm.dtype_out", self, mat1, out_dtype);
+  static OpCounter& counter = op_counter("aten::addmm.dtype_out");
+  // TRL's fused LM head accumulates so on CUDA: addmm(acc, a, b, out_dtype=float32, out=acc).
+  if (run_mixed_precision("aten::addmm.dtype_out", mat1, mat2, &self, out_dtype, beta, alpha, out)) {
+    counter.count(ExecPath::kKernel);
+    return out;
+  }
   return into(out, addmm_dtype(self, mat1, mat2, out_dtype, beta, alpha));
 }
 

@@ -30,6 +30,7 @@ of each and the library version it was checked against):
 | 14 | JetMoe's router and experts: compiled without recompiling when the routing changes | `_transformers_models.py` |
 | 15 | `transformers.generation.utils.DeferredStopCheck`: decoding reads its stop flag one step late | `_transformers_generation.py` |
 | 16 | `trl.trainer.utils._ChunkedLogProbFunction`: TRL's fused LM head compiles into the model's graphs | `_trl.py` |
+| 17 | `trl.kernels.chunked_logprob._addmm_fp32`: the fused LM head's float32 accumulation runs as one mixed-precision product | `_trl.py` |
 
 1-4, 8, 10 and 11 wrap the original and defer to it unchanged unless `neuron` is
 PyTorch's current accelerator, i.e.
@@ -38,7 +39,8 @@ on models placed on a neuron device, 6 and 9 only on tensors on a neuron
 device, 12 only when asked for a neuron device, 13 only to TRL configs whose
 device is neuron, 14 only while Dynamo traces tensors on a neuron device, 15
 only to decoding loops whose inputs are on a neuron device, 16 only while Dynamo
-traces tensors on a neuron device.
+traces tensors on a neuron device, 17 only to eager products of 16-bit tensors
+on a neuron device.
 Otherwise TRL's trainers are Transformers' Trainer (8, 10) and its LoRA
 support is PEFT's (11, 12).
 

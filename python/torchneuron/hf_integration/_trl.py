@@ -1,4 +1,4 @@
-"""TRL adaptations (13, 16). Checked against trl 1.16.0.
+"""TRL adaptations (13, 16, 17). Checked against trl 1.16.0.
 
 13. `pad_to_multiple_of="auto"` of TRL's trainer configs (`SFTConfig`,
    `DPOConfig`, `KTOConfig`, `RewardConfig`, `GRPOConfig`, `RLOOConfig`,
@@ -30,6 +30,21 @@
    with TRL's arithmetic unchanged. Elsewhere, and always eagerly, the
    original `apply` runs (on CUDA and XPU it launches Triton kernels, which
    cannot be traced this way).
+
+17. `trl.kernels.chunked_logprob._addmm_fp32` (the fused LM head's backward:
+   `acc += a @ b` into float32 accumulators, from bfloat16 tiles under
+   autocast)
+   TRL runs it as one product with float32 accumulation,
+   `torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)`, on CUDA only;
+   elsewhere `acc.addmm_(a.float(), b.float())` writes float32 copies of both
+   operands (a [tokens, vocabulary] tile, one of them transposed, and the
+   [vocabulary, hidden] weight) and multiplies at float32 speed. neuron has
+   the out_dtype product (a mixed-precision GEMM where the CPU has one,
+   csrc/aten/native/UpcastGemm.h; the casts and the float32 product
+   otherwise), so on neuron tensors the wrapper takes TRL's CUDA form. The
+   products of bfloat16 values are exact in float32 either way: only the
+   order of the sums differs. Under torch.compile TRL's own form stays (the
+   compiler joins its casts and product into the same GEMM).
 """
 import functools
 import types
@@ -85,5 +100,20 @@ def _wrap_chunked_logprob(function, module):
     return types.SimpleNamespace(apply=apply, function=function)
 
 
+def _wrap_addmm_fp32(function, module):
+    import torch
+
+    @functools.wraps(function)
+    def _addmm_fp32(acc, a, b):
+        if (acc.device.type == "neuron" and a.dtype in (torch.float16, torch.bfloat16) and b.dtype == a.dtype
+                and not torch.compiler.is_compiling()):
+            torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+        else:
+            function(acc, a, b)
+
+    return _addmm_fp32
+
+
 CLASS_PATCHES = {module: [_patch_config] for module in _CONFIGS}
-TARGETS = {"trl.trainer.utils": [("_ChunkedLogProbFunction", _wrap_chunked_logprob)]}
+TARGETS = {"trl.trainer.utils": [("_ChunkedLogProbFunction", _wrap_chunked_logprob)],
+           "trl.kernels.chunked_logprob": [("_addmm_fp32", _wrap_addmm_fp32)]}
