@@ -155,15 +155,7 @@ bool run_onednn(const char* op, const at::Tensor& a, const at::Tensor& b, const 
   const float beta_f = static_cast<float>(beta.toDouble()), alpha_f = static_cast<float>(alpha.toDouble());
   // ATen's addmm ignores the bias when beta is 0 (its NaNs too); addmm_'s bias is the output itself.
   const bool use_bias = bias != nullptr && beta_f != 0.0f;
-  const bool bias_is_out = use_bias && bias->is_same(out);
-  if (use_bias && !bias_is_out && bias->is_alias_of(out)) return false;
-  at::Tensor A = queued_alias(a), B = queued_alias(b), Y = queued_alias(out);
-  at::Tensor C = use_bias && !bias_is_out ? queued_alias(*bias) : at::Tensor();
-  launch_cpu_kernels(a.device().index(), op, std::max({a.numel(), b.numel(), out.numel()}), /*matrix=*/true,
-                     [A, B, Y, C, bias_is_out, beta_f, alpha_f]() {
-                       run_onednn_here(A, B, Y, C.defined() ? &C : (bias_is_out ? &Y : nullptr), beta_f, alpha_f);
-                     });
-  return true;
+  return queue_product(op, a, b, use_bias ? bias : nullptr, beta_f, alpha_f, out, run_onednn_here);
 }
 
 // Queues out = [beta * bias +] alpha * (a @ b) for batches of float32
@@ -188,6 +180,19 @@ bool run_onednn_batched(const char* op, const at::Tensor& a, const at::Tensor& b
 }
 
 }  // namespace
+
+bool queue_product(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias, float beta,
+                   float alpha, const at::Tensor& out, ProductRunner run) {
+  const bool bias_is_out = bias != nullptr && bias->is_same(out);
+  if (bias != nullptr && !bias_is_out && bias->is_alias_of(out)) return false;
+  at::Tensor A = queued_alias(a), B = queued_alias(b), Y = queued_alias(out);
+  at::Tensor C = bias != nullptr && !bias_is_out ? queued_alias(*bias) : at::Tensor();
+  launch_cpu_kernels(a.device().index(), op, std::max({a.numel(), b.numel(), out.numel()}), /*matrix=*/true,
+                     [A, B, Y, C, bias_is_out, beta, alpha, run]() {
+                       run(A, B, Y, C.defined() ? &C : (bias_is_out ? &Y : nullptr), beta, alpha);
+                     });
+  return true;
+}
 
 bool onednn_takes(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias) {
   if (a.dim() != 2 || b.dim() != 2 || !a.is_privateuseone() || a.scalar_type() != at::kFloat) return false;

@@ -29,6 +29,17 @@ bool skinny_matmul_takes_rows(c10::ScalarType type, int64_t rows);
 // program's matmul), split over the device's threads when it pays.
 void run_skinny_matmul_here(const neuronkernels::SkinnyMatmulParams& p);
 
+// Y = [beta * C +] alpha * (A @ B) on CPU aliases, on the calling worker
+// (run_onednn_here, UpcastGemm.h's upcast_addmm_here).
+using ProductRunner = void (*)(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, const at::Tensor* C,
+                               float beta, float alpha);
+// Queues `run` for out = [beta * bias +] alpha * (a @ b) on the operands'
+// device, `out` allocated and checked by the caller; bias (null when beta is
+// 0, as ATen's addmm ignores it) may be `out` itself (addmm_). False, queuing
+// nothing, when the bias shares only part of out's memory.
+bool queue_product(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias, float beta,
+                   float alpha, const at::Tensor& out, ProductRunner run);
+
 // Whether a float32 product of these neuron tensors runs through oneDNN
 // (OneDnnGemm.h): plain 2-D operands on one device, a bias (addmm's self)
 // broadcasting to the output, a policy and size oneDNN is chosen for.

@@ -6,9 +6,9 @@
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/mm.h>
 
-#include "csrc/aten/Launch.h"
 #include "csrc/aten/OpStats.h"
 #include "csrc/aten/native/Factory.h"
+#include "csrc/aten/native/Matmul.h"
 #include "csrc/aten/native/UpcastGemm.h"
 
 namespace torchneuron::native {
@@ -79,15 +79,7 @@ bool run_mixed_precision(const char* op, const at::Tensor& a, const at::Tensor& 
   } else {
     out = empty_dense(a.device().index(), {M, N}, {N, 1}, caffe2::TypeMeta::Make<float>());
   }
-  const bool bias_is_out = use_bias && bias->is_same(out);
-  if (use_bias && !bias_is_out && bias->is_alias_of(out)) return false;
-  at::Tensor A = queued_alias(a), B = queued_alias(b), Y = queued_alias(out);
-  at::Tensor C = use_bias && !bias_is_out ? queued_alias(*bias) : at::Tensor();
-  launch_cpu_kernels(a.device().index(), op, std::max({a.numel(), b.numel(), out.numel()}), /*matrix=*/true,
-                     [A, B, Y, C, bias_is_out, beta_f, alpha_f]() {
-                       upcast_addmm_here(A, B, Y, C.defined() ? &C : (bias_is_out ? &Y : nullptr), beta_f, alpha_f);
-                     });
-  return true;
+  return queue_product(op, a, b, use_bias ? bias : nullptr, beta_f, alpha_f, out, upcast_addmm_here);
 }
 
 }  // namespace
