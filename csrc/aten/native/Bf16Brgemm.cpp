@@ -9,6 +9,7 @@
 #include <memory>
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/equal.h>
@@ -23,14 +24,15 @@ namespace torchneuron::native {
 namespace {
 
 // One microkernel call: kRows rows of A by kCols columns of B, reduced over a
-// slice of kDepth (even) of the shared dimension. Tiles go to the threads in
-// row-block order, so that a thread's consecutive tiles read the same rows of
-// A. Chosen on an AMD EPYC Zen 5 (2 threads) among 64-256 rows and 256-512
-// deep, on TRL's LM-head gradients ([510, 32000] x [32000, 768] and [32000,
-// 510] x [510, 768]): 32-35 ms each, 750-790 GFLOP/s, against 870-990 for
-// ATen's bfloat16 mm with a bfloat16 result; a call over the whole depth ran
-// at 110 (its rows of A stream at once).
-constexpr int64_t kRows = 256, kCols = 64, kDepth = 256;
+// slice of kDepth (even) of the shared dimension; the float32 result tile (32
+// KiB) stays in L1 across the slices. Tiles go to the threads in row-block
+// order, so that a thread's consecutive tiles read the same rows of A. Chosen
+// on an AMD EPYC Zen 5 (2 threads) among 64-256 rows and 256-512 deep, on
+// TRL's LM-head gradients ([510, 32000] x [32000, 768] and [32000, 510] x
+// [510, 768]): 27-29 ms each, 870-910 GFLOP/s, against 870-990 for ATen's
+// bfloat16 mm with a bfloat16 result; a call over the whole depth ran at 110
+// (its rows of A stream at once).
+constexpr int64_t kRows = 128, kCols = 64, kDepth = 256;
 
 // Memory reused by the calls of one worker thread (the packed B; A or B
 // copied to row-major): a training step repeats the same products, and fresh
@@ -229,7 +231,19 @@ bool bf16_brgemm_available() {
 }
 
 void bf16_brgemm(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, bool accumulate) {
-  run(A, B, Y, accumulate, kernel_parallel_for(Y.size(0) * Y.size(1) * A.size(1)));
+  // ATen's OpenMP team, as oneDNN's own GEMMs use it: on TRL's LM-head
+  // gradients it ran 28-30 ms a product where the runtime's compute threads
+  // (kernel_parallel_for, for short kernels) ran 35-38. A team's helpers spin
+  // for milliseconds after a region, which matters between the short ops of a
+  // decode step, not after a product of tens of milliseconds.
+  const int64_t work = Y.size(0) * Y.size(1) * A.size(1);
+  run(A, B, Y, accumulate, [work](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+    if (work < kMinParallelWork) {
+      neuronkernels::serial_for(n, body);
+    } else {
+      at::parallel_for(0, n, 1, body);
+    }
+  });
 }
 
 }  // namespace torchneuron::native
