@@ -46,6 +46,8 @@ class Scratch {
     if (elements > size_) {
       constexpr size_t kHugePage = size_t{2} << 20;
       const size_t bytes = (elements * sizeof(uint16_t) + kHugePage - 1) / kHugePage * kHugePage;
+      data_.reset();  // the old buffer goes first: no two at once
+      size_ = 0;
       data_.reset(static_cast<uint16_t*>(std::aligned_alloc(kHugePage, bytes)));
       TORCH_CHECK(data_ != nullptr, "[neuron] mixed-precision GEMM: out of host memory for ", bytes,
                   " bytes of packed operands");
