@@ -465,7 +465,7 @@ def _upcast_mm_cast_kept(c, a, b):
     return af @ b.to(c.dtype), af
 
 
-# "deep": an odd depth over several of the microkernel's 512-deep slices, rows
+# "deep": an odd depth over several of the microkernel's slices (256 deep), rows
 # and columns over several tiles with partial ones at the ends (Bf16Brgemm.cpp).
 @pytest.mark.parametrize("m,k,n", [(96, 300, 70), (160, 320, 96), (300, 1101, 130)], ids=["small", "large", "deep"])
 @pytest.mark.parametrize("fn", [_upcast_addmm, _upcast_mm_transposed, _upcast_accumulate, _upcast_mm_cast_kept],
@@ -593,10 +593,10 @@ EAGER_MIXED = {  # form: (op, the call, its reference on operands cast to the re
 def test_eager_products_of_bfloat16_with_a_float32_result_run_one_gemm(form):
     op, fn, reference = EAGER_MIXED[form]
     mixed = torchneuron._C._compile_mixed_precision_gemm()
-    # An odd depth over several of the microkernel's 512-deep slices where it
-    # runs; else one slice deep: oneDNN's float32 GEMM of the casts sums in an
-    # order whose error grows to 2-4x MKL's on CPU from about 1000 deep, past
-    # this test's bound (measured on an AMD EPYC Zen 5).
+    # An odd depth over several of the microkernel's slices (256 deep) where it
+    # runs; else 301 deep: oneDNN's float32 GEMM of the casts sums in an order
+    # whose error grows to 2-4x MKL's on CPU from about 1000 deep, past this
+    # test's bound (measured on an AMD EPYC Zen 5).
     k = 1031 if mixed else 301
     g = torch.Generator().manual_seed(2)
     a, b = torch.randn(150, k, generator=g).bfloat16(), torch.randn(k, 70, generator=g).bfloat16()
