@@ -121,7 +121,8 @@ void transpose(const uint16_t* src, int64_t rows, int64_t cols, int64_t lds, uin
           q[4 * h + 3] = _mm_unpackhi_epi32(p[4 * h + 1], p[4 * h + 3]);
         }
         for (int i = 0; i < 4; ++i) {  // then the two halves of each column
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (c0 + 2 * i) * ldd + r0), _mm_unpacklo_epi64(q[i], q[4 + i]));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (c0 + 2 * i) * ldd + r0),
+                           _mm_unpacklo_epi64(q[i], q[4 + i]));
           _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (c0 + 2 * i + 1) * ldd + r0),
                            _mm_unpackhi_epi64(q[i], q[4 + i]));
         }

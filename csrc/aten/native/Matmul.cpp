@@ -21,10 +21,7 @@ namespace {
 
 namespace nk = neuronkernels;
 
-bool is_plain_neuron(const at::Tensor& t, const at::Tensor& like) {
-  return t.device() == like.device() && t.scalar_type() == like.scalar_type() &&
-         t.layout() == at::kStrided && !t.is_conj() && !t.is_neg();
-}
+bool is_plain_neuron(const at::Tensor& t, const at::Tensor& like) { return is_plain_on(t, like, like.scalar_type()); }
 
 nk::View2 view_of(const at::Tensor& t, nk::DType dtype) {
   return {t.data_ptr(), dtype, t.size(0), t.size(1), t.stride(0), t.stride(1)};
@@ -180,6 +177,11 @@ bool run_onednn_batched(const char* op, const at::Tensor& a, const at::Tensor& b
 }
 
 }  // namespace
+
+bool is_plain_on(const at::Tensor& t, const at::Tensor& like, at::ScalarType dtype) {
+  return t.device() == like.device() && t.scalar_type() == dtype && t.layout() == at::kStrided && !t.is_conj() &&
+         !t.is_neg();
+}
 
 bool queue_product(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias, float beta,
                    float alpha, const at::Tensor& out, ProductRunner run) {

@@ -29,6 +29,10 @@ bool skinny_matmul_takes_rows(c10::ScalarType type, int64_t rows);
 // program's matmul), split over the device's threads when it pays.
 void run_skinny_matmul_here(const neuronkernels::SkinnyMatmulParams& p);
 
+// Whether `t` is a plain strided tensor of `dtype` on `like`'s device (not a
+// lazily conjugated or negated view): what the products here take directly.
+bool is_plain_on(const at::Tensor& t, const at::Tensor& like, at::ScalarType dtype);
+
 // Y = [beta * C +] alpha * (A @ B) on CPU aliases, on the calling worker
 // (run_onednn_here, UpcastGemm.h's upcast_addmm_here).
 using ProductRunner = void (*)(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, const at::Tensor* C,

@@ -46,11 +46,6 @@ at::Tensor& into(at::Tensor& out, const at::Tensor& result) {
   return out;
 }
 
-bool plain_on(const at::Tensor& t, const at::Tensor& like, at::ScalarType dtype) {
-  return t.device() == like.device() && t.scalar_type() == dtype && t.layout() == at::kStrided && !t.is_conj() &&
-         !t.is_neg();
-}
-
 // Queues out = [beta * bias +] alpha * (a @ b) for 2-D bfloat16 operands with
 // a float32 result as one mixed-precision GEMM (UpcastGemm.h) where the CPU
 // has one, into `out` (a fresh [M, N] output when undefined; else a float32
@@ -60,7 +55,7 @@ bool plain_on(const at::Tensor& t, const at::Tensor& like, at::ScalarType dtype)
 bool run_mixed_precision(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
                          at::ScalarType out_dtype, const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
   if (out_dtype != at::kFloat || a.dim() != 2 || b.dim() != 2 || !a.is_privateuseone() ||
-      !plain_on(a, a, at::kBFloat16) || !plain_on(b, a, at::kBFloat16) || a.size(1) != b.size(0) ||
+      !is_plain_on(a, a, at::kBFloat16) || !is_plain_on(b, a, at::kBFloat16) || a.size(1) != b.size(0) ||
       beta.isComplex() || alpha.isComplex() || !upcast_gemm_is_mixed_precision()) {
     return false;
   }
@@ -68,11 +63,12 @@ bool run_mixed_precision(const char* op, const at::Tensor& a, const at::Tensor& 
   const float beta_f = static_cast<float>(beta.toDouble()), alpha_f = static_cast<float>(alpha.toDouble());
   // As ATen's addmm: with beta 0 the bias is not read (its NaNs neither).
   const bool use_bias = bias != nullptr && beta_f != 0.0f;
-  if (use_bias && (!plain_on(*bias, a, at::kFloat) || bias->dim() > 2 || !at::is_expandable_to(bias->sizes(), {M, N}))) {
+  if (use_bias &&
+      (!is_plain_on(*bias, a, at::kFloat) || bias->dim() > 2 || !at::is_expandable_to(bias->sizes(), {M, N}))) {
     return false;
   }
   if (out.defined()) {
-    if (!plain_on(out, a, at::kFloat) || out.dim() != 2 || out.size(0) != M || out.size(1) != N ||
+    if (!is_plain_on(out, a, at::kFloat) || out.dim() != 2 || out.size(0) != M || out.size(1) != N ||
         out.stride(1) != 1 || (M > 1 && out.stride(0) < N) || out.is_alias_of(a) || out.is_alias_of(b)) {
       return false;
     }
