@@ -13,6 +13,10 @@ namespace {
 
 // Below this many elements a group runs on the calling thread.
 constexpr int64_t kParallelElements = 32 * 1024;
+// Rows of at most this many elements share tiles; a group split over threads
+// keeps at least kMinParallelItems tiles to share among them.
+constexpr int64_t kMultiRowInner = 512;
+constexpr int64_t kMinParallelItems = 16;
 
 // Where a group's float32 tiles need no copy (run_tile_program decides it
 // per run, from the operands' memory):
@@ -212,7 +216,21 @@ std::pair<uintptr_t, uintptr_t> extent(const TileProgram& p, const std::vector<v
   return {base + lo * size, base + (hi + 1) * size};
 }
 
-CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
+// Whether operand o's rows follow one another in memory (the whole iteration
+// space is one contiguous run of it), so a tile of several rows is one run.
+bool rows_contiguous(const TileProgram& p, size_t o) {
+  const std::vector<int64_t>& strides = p.operands[o].strides;
+  int64_t expected = 1;
+  for (size_t d = p.shape.size(); d-- > 0;) {
+    if (p.shape[d] != 1 && strides[d] != expected) return false;
+    expected *= p.shape[d];
+  }
+  return true;
+}
+
+// multi_row: tiles span several rows (seek_rows), so an operand read or
+// written where it lies must have contiguous rows as well.
+CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data, bool multi_row) {
   const size_t n = p.instrs.size(), last_dim = p.shape.size() - 1;
   CopyPlan plan;
   plan.load_in_place.assign(n, false);
@@ -231,7 +249,8 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
     return false;
   };
   auto plain_float = [&](int32_t o) {
-    return p.operands[o].dtype == DType::kFloat32 && p.operands[o].strides[last_dim] == 1;
+    return p.operands[o].dtype == DType::kFloat32 && p.operands[o].strides[last_dim] == 1 &&
+           (!multi_row || rows_contiguous(p, static_cast<size_t>(o)));
   };
   plan.uniform.assign(n, std::nullopt);
   for (size_t i = 0; i < n; ++i) {
@@ -299,7 +318,8 @@ CopyPlan plan_copies(const TileProgram& p, const std::vector<void*>& data) {
     return only;
   };
   auto plain_bfloat16 = [&](int32_t o) {
-    return p.operands[o].dtype == DType::kBFloat16 && p.operands[o].strides[last_dim] == 1;
+    return p.operands[o].dtype == DType::kBFloat16 && p.operands[o].strides[last_dim] == 1 &&
+           (!multi_row || rows_contiguous(p, static_cast<size_t>(o)));
   };
   plan.bfloat16_operands.assign(n, 0);
   std::vector<bool> bfloat16_load(n, false);
@@ -347,17 +367,45 @@ class TileRunner {
 
   // Row `row` of the leading dimensions, elements [c0, c0 + n) of the last.
   void seek_row(int64_t row) {
-    const size_t last = p_.shape.size() - 1;
-    std::fill(offsets_.begin(), offsets_.end(), 0);
-    for (size_t d = last; d-- > 0;) {
-      const int64_t idx = row % p_.shape[d];
-      row /= p_.shape[d];
-      for (size_t o = 0; o < offsets_.size(); ++o) offsets_[o] += idx * p_.operands[o].strides[d];
+    rows_ = 1;
+    row_offsets(row, offsets_.data());
+  }
+
+  // Rows [row, row + count) as one tile of count x inner elements: loads
+  // and stores go row by row, every other instruction runs once over the
+  // tile. A group over short rows (attention's [B, H, S, 64] read in a
+  // transposed order) then pays the interpreter's work per instruction once
+  // per tile, not once per row of 64.
+  void seek_rows(int64_t row, int64_t count) {
+    rows_ = count;
+    const size_t ops = offsets_.size(), leading = p_.shape.size() - 1;
+    if (many_offsets_.size() < static_cast<size_t>(count) * ops) many_offsets_.resize(static_cast<size_t>(count) * ops);
+    // The first row's index by division, the others by counting on from it.
+    index_.assign(leading, 0);
+    for (size_t d = leading, rest = static_cast<size_t>(row); d-- > 0;) {
+      index_[d] = static_cast<int64_t>(rest % static_cast<size_t>(p_.shape[d]));
+      rest /= static_cast<size_t>(p_.shape[d]);
+    }
+    row_offsets(row, offsets_.data());
+    int64_t* out = many_offsets_.data();
+    std::copy(offsets_.begin(), offsets_.end(), out);
+    for (int64_t r = 1; r < count; ++r, out += ops) {
+      std::copy(out, out + ops, out + ops);
+      for (size_t d = leading; d-- > 0;) {
+        if (++index_[d] < p_.shape[d]) {
+          for (size_t o = 0; o < ops; ++o) out[ops + o] += p_.operands[o].strides[d];
+          break;
+        }
+        index_[d] = 0;
+        for (size_t o = 0; o < ops; ++o) out[ops + o] -= (p_.shape[d] - 1) * p_.operands[o].strides[d];
+      }
     }
   }
 
   void run_chunk(int64_t c0, int64_t n) {
     const size_t last = p_.shape.size() - 1;
+    const int64_t row_n = n;  // elements of each row of the tile
+    n *= rows_;
     for (size_t i = 0; i < p_.instrs.size(); ++i) {
       const TileInstr& in = p_.instrs[i];
       if (plan_.skip[i]) continue;
@@ -372,25 +420,40 @@ class TileRunner {
           }
           const TileOperand& op = p_.operands[in.operand];
           const int64_t stride = op.strides[last];
-          void* src = element(in.operand, offsets_[in.operand] + c0 * stride);
           if (plan_.load_in_place[i]) {
-            reads_[in.dst] = static_cast<const float*>(src);
-          } else if (stride == 0) {
-            // One element broadcast along the row (a value per row; one
-            // for the whole space is uniform, above): converted once, then
-            // filled.
-            float value;
-            prims_.load(op.dtype, src, 1, &value, 1);
-            prims_.fill(value, result(i, c0), n);
-          } else {
-            prims_.load(op.dtype, src, stride, result(i, c0), n);
+            reads_[in.dst] = static_cast<const float*>(element(in.operand, offsets_[in.operand] + c0 * stride));
+            break;
+          }
+          float* dst = result(i, c0);
+          if (rows_ > 1 && stride != 0) {
+            prims_.load_rows(op.dtype, element(in.operand, c0 * stride), many_offsets_.data() + in.operand,
+                             static_cast<int64_t>(offsets_.size()), rows_, stride, dst, row_n);
+            break;
+          }
+          for (int64_t r = 0; r < rows_; ++r) {
+            void* src = element(in.operand, row_offset(r, in.operand) + c0 * stride);
+            if (stride == 0) {
+              // One element broadcast along the row (a value per row; one
+              // for the whole space is uniform, above): converted once,
+              // then filled.
+              float value;
+              prims_.load(op.dtype, src, 1, &value, 1);
+              prims_.fill(value, dst + r * row_n, row_n);
+            } else {
+              prims_.load(op.dtype, src, stride, dst + r * row_n, row_n);
+            }
           }
           break;
         }
         case TileOp::kStore: {
           const TileOperand& op = p_.operands[in.operand];
           const int64_t stride = op.strides[last];
-          prims_.store(op.dtype, read(in.a), element(in.operand, offsets_[in.operand] + c0 * stride), stride, n);
+          if (rows_ > 1) {
+            prims_.store_rows(op.dtype, read(in.a), element(in.operand, c0 * stride), many_offsets_.data() + in.operand,
+                              static_cast<int64_t>(offsets_.size()), rows_, stride, row_n);
+          } else {
+            prims_.store(op.dtype, read(in.a), element(in.operand, offsets_[in.operand] + c0 * stride), stride, n);
+          }
           break;
         }
         case TileOp::kWhere: {
@@ -442,6 +505,19 @@ class TileRunner {
   }
 
  private:
+  void row_offsets(int64_t row, int64_t* out) const {
+    const size_t last = p_.shape.size() - 1;
+    std::fill(out, out + offsets_.size(), 0);
+    for (size_t d = last; d-- > 0;) {
+      const int64_t idx = row % p_.shape[d];
+      row /= p_.shape[d];
+      for (size_t o = 0; o < offsets_.size(); ++o) out[o] += idx * p_.operands[o].strides[d];
+    }
+  }
+  int64_t row_offset(int64_t r, int32_t operand) const {
+    return r == 0 ? offsets_[operand] : many_offsets_[static_cast<size_t>(r) * offsets_.size() + operand];
+  }
+
   // What slot s holds: its own tile, or the operand's memory after a load in
   // place.
   const float* read(int32_t s) const { return reads_[s]; }
@@ -465,7 +541,10 @@ class TileRunner {
   const int64_t tile_;
   std::vector<float> tiles_;
   std::vector<const float*> reads_;
-  std::vector<int64_t> offsets_;
+  std::vector<int64_t> offsets_;       // of the tile's first row, per operand
+  std::vector<int64_t> many_offsets_;  // of each row of a multi-row tile, row-major
+  std::vector<int64_t> index_;         // the first row's index in the leading dimensions
+  int64_t rows_ = 1;                   // rows in the current tile
   std::vector<int64_t> element_bytes_;
   double sum_acc_ = 0;
   float max_acc_ = 0;
@@ -488,15 +567,27 @@ void run_tile_program(const TileProgram& p, const std::vector<void*>& data,
   for (size_t d = 0; d + 1 < p.shape.size(); ++d) rows *= p.shape[d];
   const bool reducing = p.reduce != ReduceKind::kNone;
   if (rows == 0 || (inner == 0 && !reducing)) return;
-  const CopyPlan plan = plan_copies(p, data);
+  // Rows shorter than a tile share tiles (seek_rows).
+  const bool multi_row = !reducing && rows > 1 && inner <= kMultiRowInner;
+  const CopyPlan plan = plan_copies(p, data, multi_row);
   const int64_t tile = tile_elements(plan.num_tiles);
-  const int64_t chunks = reducing ? 1 : (inner + tile - 1) / tile;
-  const int64_t items = rows * chunks;
+  const bool parallel = rows * std::max<int64_t>(inner, 1) >= kParallelElements;
+  int64_t rows_per_tile = multi_row ? std::max<int64_t>(1, tile / inner) : 1;
+  // Enough tiles to share among the threads.
+  if (parallel) rows_per_tile = std::min(rows_per_tile, std::max<int64_t>(1, rows / kMinParallelItems));
+  const int64_t chunks = reducing || rows_per_tile > 1 ? 1 : (inner + tile - 1) / tile;
+  const int64_t row_blocks = (rows + rows_per_tile - 1) / rows_per_tile;
+  const int64_t items = row_blocks * chunks;
   auto body = [&](int64_t begin, int64_t end) {
     TileRunner runner(p, data, plan, tile);
     int64_t current_row = -1;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t row = item / chunks;
+      const int64_t row = item / chunks * rows_per_tile;
+      if (rows_per_tile > 1) {
+        runner.seek_rows(row, std::min(rows_per_tile, rows - row));
+        runner.run_chunk(0, inner);
+        continue;
+      }
       if (row != current_row) runner.seek_row(row);
       current_row = row;
       if (reducing) {
@@ -507,7 +598,7 @@ void run_tile_program(const TileProgram& p, const std::vector<void*>& data,
       }
     }
   };
-  if (rows * std::max<int64_t>(inner, 1) < kParallelElements || items == 1) {
+  if (!parallel || items == 1) {
     body(0, items);
   } else {
     parallel_for(items, body);

@@ -28,6 +28,12 @@ struct Primitives {
   void (*load)(DType dtype, const void* src, int64_t stride, float* dst, int64_t n);
   // dst[i * stride] = convert(src[i])
   void (*store)(DType dtype, const float* src, void* dst, int64_t stride, int64_t n);
+  // load and store of `rows` rows of n elements: row r at dst + r * n (at
+  // src + r * n), and in memory at base + offsets[r * offsets_step] elements.
+  void (*load_rows)(DType dtype, const void* base, const int64_t* offsets, int64_t offsets_step, int64_t rows,
+                    int64_t stride, float* dst, int64_t n);
+  void (*store_rows)(DType dtype, const float* src, void* base, const int64_t* offsets, int64_t offsets_step,
+                     int64_t rows, int64_t stride, int64_t n);
   void (*fill)(float value, float* dst, int64_t n);
   // Unary ops of TileOp; kRoundTo rounds to `dtype` (16-bit floats, ints,
   // bool); round_bf16 rounds the other ops' results to bfloat16 in the same

@@ -140,32 +140,66 @@ void store_as(const float* src, void* dst, int64_t stride, int64_t n, Convert co
   }
 }
 
-void load(DType dtype, const void* src, int64_t stride, float* dst, int64_t n) {
+// Calls f(T{}, convert) with the storage type of `dtype` and its conversion
+// to float32.
+template <typename F>
+void with_load_type(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: return load_as<float>(src, stride, dst, n, [](float v) { return v; });
-    case DType::kBFloat16: return load_as<uint16_t>(src, stride, dst, n, bf16_to_float);
-    case DType::kFloat16: return load_as<_Float16>(src, stride, dst, n, [](_Float16 v) { return static_cast<float>(v); });
-    case DType::kInt64: return load_as<int64_t>(src, stride, dst, n, [](int64_t v) { return static_cast<float>(v); });
-    case DType::kInt32: return load_as<int32_t>(src, stride, dst, n, [](int32_t v) { return static_cast<float>(v); });
-    case DType::kInt8: return load_as<int8_t>(src, stride, dst, n, [](int8_t v) { return static_cast<float>(v); });
+    case DType::kFloat32: return f(float{}, [](float v) { return v; });
+    case DType::kBFloat16: return f(uint16_t{}, bf16_to_float);
+    case DType::kFloat16: return f(_Float16{}, [](_Float16 v) { return static_cast<float>(v); });
+    case DType::kInt64: return f(int64_t{}, [](int64_t v) { return static_cast<float>(v); });
+    case DType::kInt32: return f(int32_t{}, [](int32_t v) { return static_cast<float>(v); });
+    case DType::kInt8: return f(int8_t{}, [](int8_t v) { return static_cast<float>(v); });
     case DType::kUInt8:
-    case DType::kBool: return load_as<uint8_t>(src, stride, dst, n, [](uint8_t v) { return static_cast<float>(v); });
+    case DType::kBool: return f(uint8_t{}, [](uint8_t v) { return static_cast<float>(v); });
     default: return;  // TileProgram::validate refuses the rest
   }
 }
 
-void store(DType dtype, const float* src, void* dst, int64_t stride, int64_t n) {
+// Calls f(T{}, convert) with the storage type of `dtype` and the conversion
+// from float32 to it.
+template <typename F>
+void with_store_type(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: return store_as<float>(src, dst, stride, n, [](float v) { return v; });
-    case DType::kBFloat16: return store_as<uint16_t>(src, dst, stride, n, float_to_bf16);
-    case DType::kFloat16: return store_as<_Float16>(src, dst, stride, n, [](float v) { return static_cast<_Float16>(v); });
-    case DType::kInt64: return store_as<int64_t>(src, dst, stride, n, [](float v) { return static_cast<int64_t>(v); });
-    case DType::kInt32: return store_as<int32_t>(src, dst, stride, n, [](float v) { return static_cast<int32_t>(v); });
-    case DType::kInt8: return store_as<int8_t>(src, dst, stride, n, [](float v) { return static_cast<int8_t>(static_cast<int32_t>(v)); });
-    case DType::kUInt8: return store_as<uint8_t>(src, dst, stride, n, [](float v) { return static_cast<uint8_t>(static_cast<int32_t>(v)); });
-    case DType::kBool: return store_as<uint8_t>(src, dst, stride, n, [](float v) { return static_cast<uint8_t>(v != 0.f); });
+    case DType::kFloat32: return f(float{}, [](float v) { return v; });
+    case DType::kBFloat16: return f(uint16_t{}, float_to_bf16);
+    case DType::kFloat16: return f(_Float16{}, [](float v) { return static_cast<_Float16>(v); });
+    case DType::kInt64: return f(int64_t{}, [](float v) { return static_cast<int64_t>(v); });
+    case DType::kInt32: return f(int32_t{}, [](float v) { return static_cast<int32_t>(v); });
+    case DType::kInt8: return f(int8_t{}, [](float v) { return static_cast<int8_t>(static_cast<int32_t>(v)); });
+    case DType::kUInt8: return f(uint8_t{}, [](float v) { return static_cast<uint8_t>(static_cast<int32_t>(v)); });
+    case DType::kBool: return f(uint8_t{}, [](float v) { return static_cast<uint8_t>(v != 0.f); });
     default: return;
   }
+}
+
+void load(DType dtype, const void* src, int64_t stride, float* dst, int64_t n) {
+  with_load_type(dtype, [&](auto tag, auto convert) { load_as<decltype(tag)>(src, stride, dst, n, convert); });
+}
+
+void store(DType dtype, const float* src, void* dst, int64_t stride, int64_t n) {
+  with_store_type(dtype, [&](auto tag, auto convert) { store_as<decltype(tag)>(src, dst, stride, n, convert); });
+}
+
+void load_rows(DType dtype, const void* base, const int64_t* offsets, int64_t offsets_step, int64_t rows,
+               int64_t stride, float* dst, int64_t n) {
+  with_load_type(dtype, [&](auto tag, auto convert) {
+    using T = decltype(tag);
+    for (int64_t r = 0; r < rows; ++r) {
+      load_as<T>(static_cast<const T*>(base) + offsets[r * offsets_step], stride, dst + r * n, n, convert);
+    }
+  });
+}
+
+void store_rows(DType dtype, const float* src, void* base, const int64_t* offsets, int64_t offsets_step,
+                int64_t rows, int64_t stride, int64_t n) {
+  with_store_type(dtype, [&](auto tag, auto convert) {
+    using T = decltype(tag);
+    for (int64_t r = 0; r < rows; ++r) {
+      store_as<T>(src + r * n, static_cast<T*>(base) + offsets[r * offsets_step], stride, n, convert);
+    }
+  });
 }
 
 void fill(float value, float* dst, int64_t n) {
@@ -425,7 +459,7 @@ float max(const float* a, int64_t n) {
 }  // namespace
 
 extern const Primitives kPrimitives;
-const Primitives kPrimitives{&load, &store, &fill, &unary, &binary, &where, &sum, &max};
+const Primitives kPrimitives{&load, &store, &load_rows, &store_rows, &fill, &unary, &binary, &where, &sum, &max};
 
 }  // namespace neuroncompiler::NK_ISA
 

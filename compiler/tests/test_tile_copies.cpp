@@ -202,6 +202,90 @@ TEST(TileCopies, ConstantsAndUniformLoadsAreScalarsAndDeadTilesAreReused) {
   }
 }
 
+TEST(TileCopies, ShortRowsShareTilesWhateverTheirOperandsLayout) {
+  // Over [R0, R1, 48], rows of 48 share tiles: out1 <- (a * b + c - d) * e
+  // (float32, rows contiguous: written where it lies) and out2 <- a * b + c
+  // (bfloat16, stored with the first two dimensions transposed), where a is
+  // contiguous, b transposed, c contiguous bfloat16 (read where it lies), d
+  // one value per row and e one value per column. Both sizes: one run on
+  // the calling thread, and one split over threads with a partial last tile
+  // of rows. Every value is a small integer, so each step is exact.
+  for (const auto& [r0, r1] : std::vector<std::pair<int64_t, int64_t>>{{5, 7}, {9, 97}}) {
+    SCOPED_TRACE(r0 * r1);
+    constexpr int64_t kInner = 48;
+    const int64_t rows = r0 * r1, n = rows * kInner;
+    const std::vector<int64_t> contiguous = {r1 * kInner, kInner, 1}, transposed = {kInner, r0 * kInner, 1};
+    TileProgram p;
+    p.shape = {r0, r1, kInner};
+    p.operands = {{0, DType::kFloat32, contiguous}, {1, DType::kFloat32, transposed},
+                  {2, DType::kBFloat16, contiguous}, {3, DType::kFloat32, {r1, 1, 0}},
+                  {4, DType::kFloat32, {0, 0, 1}},  {5, DType::kFloat32, contiguous},
+                  {6, DType::kBFloat16, transposed}};
+    p.instrs = {memory(TileOp::kLoad, 0, 0), memory(TileOp::kLoad, 1, 1), memory(TileOp::kLoad, 2, 2),
+                memory(TileOp::kLoad, 3, 3), memory(TileOp::kLoad, 4, 4), instr(TileOp::kMul, 5, 0, 1),
+                instr(TileOp::kAdd, 6, 5, 2), instr(TileOp::kSub, 7, 6, 3), instr(TileOp::kMul, 8, 7, 4),
+                memory(TileOp::kStore, 8, 5), memory(TileOp::kStore, 6, 6)};
+    p.num_slots = 9;
+    p.validate();
+    auto bf16 = [](float v) { return static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16); };
+    auto wide = [](uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); };
+    std::vector<float> a(n), b(n), d(rows), e(kInner), out1(n, 0.f);
+    std::vector<uint16_t> c(n), out2(n, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      a[i] = static_cast<float>(i % 7) - 3.f;
+      b[i] = static_cast<float>(i % 5) + 1.f;
+      c[i] = bf16(static_cast<float>(i % 11) - 5.f);
+    }
+    for (int64_t r = 0; r < rows; ++r) d[r] = static_cast<float>(r % 9);
+    for (int64_t k = 0; k < kInner; ++k) e[k] = static_cast<float>(k % 3) - 1.f;
+    for (const auto& pf : {neuronkernels::ParallelFor(neuronkernels::serial_for), neuronkernels::ParallelFor(threaded_for)}) {
+      std::fill(out1.begin(), out1.end(), 0.f);
+      std::fill(out2.begin(), out2.end(), uint16_t{0});
+      run_tile_program(p, {a.data(), b.data(), c.data(), d.data(), e.data(), out1.data(), out2.data()}, pf);
+      for (int64_t i = 0; i < r0; ++i) {
+        for (int64_t j = 0; j < r1; ++j) {
+          for (int64_t k = 0; k < kInner; ++k) {
+            const int64_t at = (i * r1 + j) * kInner + k, across = (j * r0 + i) * kInner + k;
+            const float sum = a[at] * b[across] + wide(c[at]);
+            ASSERT_EQ(out1[at], (sum - d[i * r1 + j]) * e[k]) << i << " " << j << " " << k;
+            ASSERT_EQ(out2[across], bf16(sum)) << i << " " << j << " " << k;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TileCopies, AnInPlaceUpdateOverShortTransposedRowsReadsEveryRowBeforeWritingIt) {
+  // x <- x * 3 + y over [64, 3, 40] where x is the transposed memory of
+  // [3, 64, 40] and y is contiguous; then the same over x's own order.
+  TileInstr three = instr(TileOp::kConst, 1);
+  three.imm = 3.f;
+  for (bool transposed : {true, false}) {
+    SCOPED_TRACE(transposed);
+    const std::vector<int64_t> xs = transposed ? std::vector<int64_t>{40, 64 * 40, 1} : std::vector<int64_t>{120, 40, 1};
+    TileProgram p;
+    p.shape = {64, 3, 40};
+    p.operands = {{0, DType::kFloat32, xs}, {1, DType::kFloat32, {120, 40, 1}}, {0, DType::kFloat32, xs}};
+    p.instrs = {memory(TileOp::kLoad, 0, 0), three, instr(TileOp::kMul, 2, 0, 1), memory(TileOp::kLoad, 3, 1),
+                instr(TileOp::kAdd, 4, 2, 3), memory(TileOp::kStore, 4, 2)};
+    p.num_slots = 5;
+    p.validate();
+    const std::vector<float> x0 = ramp(7680);
+    std::vector<float> x = x0, y(7680);
+    for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(i % 13);
+    run_tile_program(p, {x.data(), y.data(), x.data()}, threaded_for);
+    for (int64_t i = 0; i < 64; ++i) {
+      for (int64_t j = 0; j < 3; ++j) {
+        for (int64_t k = 0; k < 40; ++k) {
+          const int64_t at = i * xs[0] + j * xs[1] + k;
+          ASSERT_EQ(x[at], x0[at] * 3.f + y[(i * 3 + j) * 40 + k]) << i << " " << j << " " << k;
+        }
+      }
+    }
+  }
+}
+
 TEST(TileCopies, TilesShortenForRunsWithManyLiveTiles) {
   for (const auto& [tiles, tile] : std::vector<std::pair<int32_t, int64_t>>{
            {0, 4096}, {1, 4096}, {8, 4096}, {9, 2048}, {16, 2048}, {17, 1024}, {64, 512}, {65, 256}, {5000, 256}}) {
