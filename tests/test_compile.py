@@ -714,7 +714,8 @@ def test_hf_generate_static_cache_auto_compiles(arch):
 
 def test_hf_llama_training_step_equals_eager(tmp_path):
     """A training step of a tiny Llama: loss and every gradient equal eager neuron. The AOT
-    forward keeps the device's fused attention, embedding, SiLU and the loss whole."""
+    forward keeps the device's fused attention, embedding, SiLU and the loss whole; the
+    backward runs the rotary embedding's gradient as one kernel."""
     from transformers import AutoModelForCausalLM
 
     config = hf_config("llama")
@@ -736,6 +737,11 @@ def test_hf_llama_training_step_equals_eager(tmp_path):
     for kept in ("_scaled_dot_product_fused_attention_overrideable", "aten.embedding", "aten.silu",
                  "aten.nll_loss_forward"):
         assert kept in forward, f"{kept} should stay whole in the AOT graph"
+    # The rotary embedding's gradient (autograd's products, negation and slice_scatters into
+    # zeros) runs as the device's kernel, equal to the decomposed gradient above.
+    backward = (tmp_path / f"graph_{record['graph_id']:04d}" / "program_backward.txt").read_text()
+    assert backward.count("native neuron::rope_backward") == 2, backward
+    assert "slice_scatter" not in backward, backward
 
 
 def test_hf_get_compiled_call_passes_an_uncompiled_call_through():

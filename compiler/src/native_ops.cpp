@@ -121,11 +121,11 @@ void run_row_norm(const Operands& o, const nk::ParallelFor& pf) {
   nk::row_norm(np, threads_for(np.rows * np.cols * 8, pf));
 }
 
-void run_rope(const Operands& o, const nk::ParallelFor& pf) {
+void run_rope(const Operands& o, const nk::ParallelFor& pf, bool backward) {
   const int32_t x = o.arg_id(0), out = o.out_id(0);
   const std::vector<int64_t>& sizes = o.layout(x).sizes;
   const nk::RopeParams rp{o.view(x, sizes), o.view(o.arg_id(1), sizes), o.view(o.arg_id(2), sizes),
-                          o.view(out, sizes)};
+                          o.view(out, sizes), backward};
   nk::rope(rp, pf);
 }
 
@@ -365,7 +365,8 @@ void run_native(const Program& p, const RunBuffers& b, const Step& s, const nk::
   if (op == kNativeAttention) return run_attention(o, pf);
   if (op == kNativeAttentionBackward) return run_attention_backward(o, pf);
   if (op == kNativeRowNorm) return run_row_norm(o, pf);
-  if (op == kNativeRope) return run_rope(o, pf);
+  if (op == kNativeRope) return run_rope(o, pf, false);
+  if (op == kNativeRopeBackward) return run_rope(o, pf, true);
   if (op == kNativeIndexCopy) return run_index_copy(o);
   if (op == kNativeIntAdd) return run_int_add(o);
   if (op == kNativeIntCopy) return run_int_copy(o);

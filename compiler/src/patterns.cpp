@@ -288,6 +288,151 @@ bool match_rope(PatternGraph& pg, size_t cat_node) {
   return true;
 }
 
+// The gradient autograd writes for that rotary embedding, from the gradient g
+// of its output (g optionally a plain cast of a 16-bit gradient):
+//   h = g * sin;  add(add(slice_scatter(zeros, -h[..., :half], -1, half, end),
+//                         slice_scatter(zeros, h[..., half:], -1, 0, half)),
+//                     g * cos)
+// with the operands of each mul and add in either order: the rotary kernel
+// with `backward` (neuronkernels/rope.hpp) in one pass instead of two
+// products, a negation, two zero fills, two extern slice_scatters and two sums.
+bool match_rope_backward(PatternGraph& pg, size_t add_node) {
+  const Graph& g = pg.graph();
+  auto is_add = [&](const Node& n) {
+    return n.op == "aten::add.Tensor" && n.args.size() == 3 && n.args[2].is_scalar() && n.args[2].scalar() == 1.0 &&
+           pg.is_tensor(n.args[0]) && pg.is_tensor(n.args[1]) && n.outputs[0] >= 0;
+  };
+  const Node& fin = pg.node(add_node);
+  if (!is_add(fin)) return false;
+  const Layout& out = g.value(fin.outputs[0]).layout;
+  const DType t = out.dtype;
+  const size_t rank = out.sizes.size();
+  if (!kernel_dtype(t) || rank == 0 || rank > 4 || out.sizes.back() % 2 != 0 ||
+      (out.sizes.back() > 1 && out.strides.back() != 1)) {
+    return false;
+  }
+  const int64_t half = out.sizes.back() / 2;
+  // One operand is the sum of the two scatters, the other g * cos.
+  for (int k = 0; k < 2; ++k) {
+    const int32_t sum = pg.id(fin.args[k]), gcos = pg.id(fin.args[1 - k]);
+    const auto s_node = pg.producer(sum), m_node = pg.producer(gcos);
+    if (!s_node || !m_node || !is_add(pg.node(*s_node)) || pg.node(*m_node).op != "aten::mul.Tensor" ||
+        g.value(sum).layout.dtype != t || g.value(gcos).layout.dtype != t) {
+      continue;
+    }
+    if (!pg.only_read_by(sum, {add_node}) || !pg.only_read_by(gcos, {add_node})) continue;
+    const Node& sn = pg.node(*s_node);
+    // The scatters: low writes h's upper half into [0, half), high writes
+    // -(h's lower half) into [half, 2 * half).
+    std::optional<size_t> low, high;
+    std::set<size_t> fills;
+    bool ok = true;
+    for (int j = 0; j < 2 && ok; ++j) {
+      const int32_t v = pg.id(sn.args[j]);
+      const auto sc = pg.producer(v);
+      if (!sc || !pg.only_read_by(v, {*s_node})) { ok = false; break; }
+      const Node& n = pg.node(*sc);
+      if (n.op != "aten::slice_scatter.default" || n.args.size() != 6 || !pg.is_tensor(n.args[0]) ||
+          !pg.is_tensor(n.args[1]) || g.value(v).layout.dtype != t || g.value(v).layout.sizes != out.sizes) {
+        ok = false;
+        break;
+      }
+      const int64_t dim = n.args[2].i < 0 ? n.args[2].i + static_cast<int64_t>(rank) : n.args[2].i;
+      const int64_t start = n.args[3].kind == Arg::Kind::kNone ? 0 : n.args[3].i;
+      const int64_t end = n.args[4].kind == Arg::Kind::kNone ? 2 * half : std::min(n.args[4].i, 2 * half);
+      if (dim != static_cast<int64_t>(rank) - 1 || n.args[5].i != 1) { ok = false; break; }
+      const auto fill = pg.producer(pg.id(n.args[0]));
+      if (!fill || pg.node(*fill).op != "aten::full.default" || !pg.node(*fill).args[1].is_scalar() ||
+          pg.node(*fill).args[1].scalar() != 0.0 || g.value(pg.id(n.args[0])).layout.dtype != t) {
+        ok = false;
+        break;
+      }
+      fills.insert(*fill);
+      if (start == 0 && end == half && !low) {
+        low = *sc;
+      } else if (start == half && end == 2 * half && !high) {
+        high = *sc;
+      } else {
+        ok = false;
+      }
+    }
+    if (!ok || !low || !high) continue;
+    // A zero fill read by other scatters too (CSE shares one among layers)
+    // stays for them.
+    std::vector<size_t> own_fills;
+    for (size_t f : fills) {
+      const int32_t zeros = pg.node(f).outputs[0];
+      if (fills.size() == 1 ? pg.only_read_by(zeros, {*low, *high})
+                            : pg.only_read_by(zeros, {pg.id(pg.node(*low).args[0]) == zeros ? *low : *high})) {
+        own_fills.push_back(f);
+      }
+    }
+    // high's source: neg(h[..., :half]); low's: h[..., half:].
+    const int32_t neg_out = pg.id(pg.node(*high).args[1]);
+    const auto neg = pg.producer(neg_out);
+    if (!neg || pg.node(*neg).op != "aten::neg.default" || !pg.only_read_by(neg_out, {*high}) ||
+        g.value(neg_out).layout.dtype != t) {
+      continue;
+    }
+    const int32_t h1 = pg.id(pg.node(*neg).args[0]), h2 = pg.id(pg.node(*low).args[1]);
+    if (h1 < 0 || h2 < 0 || g.root(h1) != g.root(h2)) continue;
+    const int32_t h = g.root(h1);
+    const Layout &hl = g.value(h).layout, &l1 = g.value(h1).layout, &l2 = g.value(h2).layout;
+    std::vector<int64_t> half_sizes = hl.sizes;
+    if (half_sizes.size() != rank || hl.sizes != out.sizes || hl.dtype != t) continue;
+    half_sizes.back() = half;
+    if (l1.sizes != half_sizes || l2.sizes != half_sizes || l1.strides != hl.strides || l2.strides != hl.strides ||
+        l1.offset != hl.offset || l2.offset != hl.offset + half * hl.strides.back()) {
+      continue;
+    }
+    const auto hm = pg.producer(h);
+    if (!hm || pg.node(*hm).op != "aten::mul.Tensor" || !pg.only_read_by(h, {*neg, *low})) continue;
+    // h = grad * sin and gcos = grad * cos, over the same grad.
+    const Node &hn = pg.node(*hm), &mn = pg.node(*m_node);
+    int32_t grad = -1, sin = -1, cos = -1;
+    for (int a = 0; a < 2 && grad < 0; ++a) {
+      for (int b = 0; b < 2; ++b) {
+        if (pg.is_tensor(hn.args[a]) && pg.is_tensor(mn.args[b]) && pg.id(hn.args[a]) == pg.id(mn.args[b]) &&
+            pg.is_tensor(hn.args[1 - a]) && pg.is_tensor(mn.args[1 - b])) {
+          grad = pg.id(hn.args[a]);
+          sin = pg.id(hn.args[1 - a]);
+          cos = pg.id(mn.args[1 - b]);
+          break;
+        }
+      }
+    }
+    if (grad < 0 || g.value(grad).layout.sizes != out.sizes || g.value(grad).layout.dtype != t) continue;
+    std::vector<size_t> nodes = {*hm, *neg, *low, *high, *s_node, *m_node, add_node};
+    nodes.insert(nodes.end(), own_fills.begin(), own_fills.end());
+    // A float32 cast of a 16-bit gradient read by the two products only: the
+    // kernel widens as it reads (exact).
+    if (const auto cast = pg.producer(grad);
+        t == DType::kFloat32 && cast && pg.is_plain_cast(*cast) && pg.only_read_by(grad, {*hm, *m_node})) {
+      const int32_t src = pg.id(pg.node(*cast).args[0]);
+      const DType from = src >= 0 ? g.value(src).layout.dtype : DType::kFloat32;
+      if ((from == DType::kBFloat16 || from == DType::kFloat16) && g.value(src).layout.sizes == out.sizes) {
+        grad = src;
+        nodes.push_back(*cast);
+      }
+    }
+    for (int32_t v : {grad, cos, sin}) {
+      const Layout& l = g.value(v).layout;
+      if (!kernel_dtype(l.dtype) || !pg.broadcasts_to(l, out.sizes) || l.sizes.size() > 4 ||
+          (l.sizes.back() > 1 && l.strides.back() != 1)) {
+        ok = false;
+      }
+    }
+    if (!ok || g.value(cos).layout.sizes.back() != 2 * half || g.value(sin).layout.sizes.back() != 2 * half) continue;
+    for (size_t n : nodes) if (pg.taken(n)) ok = false;
+    if (!ok) continue;
+    Node native{std::string(kNativeRopeBackward), {Arg::tensor(grad), Arg::tensor(cos), Arg::tensor(sin)},
+                {fin.outputs[0]}};
+    pg.replace(nodes, add_node, std::move(native));
+    return true;
+  }
+  return false;
+}
+
 // ---- matrix products of upcast 16-bit operands --------------------------------
 
 constexpr int64_t kTorchFloat32 = 6;  // c10::ScalarType::Float, as the graph passes dtypes
@@ -383,7 +528,7 @@ PatternReport rewrite_patterns(Graph& g, const PatternOptions& options) {
       ++report.attention;
     } else if (match_layer_norm(pg, i) || match_rms_norm(pg, i)) {
       ++report.norms;
-    } else if (match_rope(pg, i)) {
+    } else if (match_rope(pg, i) || match_rope_backward(pg, i)) {
       ++report.rope;
     } else if (options.mixed_precision_gemm && match_upcast_matmul(pg, i)) {
       ++report.upcast_matmuls;

@@ -4,6 +4,8 @@
 // computation where the reference has no such op).
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <cmath>
 
 #include "graph_builder.hpp"
@@ -206,6 +208,81 @@ TEST(Patterns, RotaryEmbeddingEqualsEagerBitForBit) {
 TEST(Patterns, AnotherRotationIsNotTheRotaryKernel) {
   CompileReport rep;
   compile_graph(rope_graph(true), &rep);
+  EXPECT_EQ(rep.native_kernels, 0);
+}
+
+namespace {
+
+// The gradient autograd writes for rope_graph's rotation, from a bfloat16
+// gradient g viewed [B, H, S, D] over [B, S, H, D] memory and cast to float32:
+// g*cos + slice_scatter(0, -(g*sin)[..., :h], h..) + slice_scatter(0, (g*sin)[..., h:], ..h).
+// swap_halves: each scatter takes the other half (not the rotation's
+// transpose); zeros: how many zero fills the scatters take (1 as after CSE;
+// 0: one that another node reads too, as CSE shares one among layers).
+Graph rope_backward_graph(bool swap_halves, int zeros_made) {
+  GraphBuilder b;
+  const int64_t B = 2, H = 3, S = 4, D = 8, h = D / 2;
+  const DType f = DType::kFloat32;
+  const int32_t mem = b.input(DType::kBFloat16, {B, S, H, D});
+  const int32_t cos = b.input(f, {B, 1, S, D});
+  const int32_t sin = b.input(f, {B, 1, S, D});
+  const std::vector<int64_t> qs{B, H, S, D}, hs{B, H, S, h}, contiguous{H * S * D, S * D, D, 1};
+  const int32_t g = cast(b, b.view(mem, qs, {S * H * D, D, H * D, 1}), f, kF32, qs);
+  const int32_t gs = b.node("aten::mul.Tensor", {T(g), T(sin)}, f, qs);
+  const int32_t lower = b.view(gs, hs, contiguous, 0), upper = b.view(gs, hs, contiguous, h);
+  const int32_t neg = b.node("aten::neg.default", {T(swap_halves ? upper : lower)}, f, hs);
+  auto zeros = [&] {
+    return b.node("aten::full.default", {Arg::int_list(qs), Arg::integer(0), Arg::integer(kF32), Arg::none(),
+                                         Arg::none(), Arg::boolean(false)}, f, qs);
+  };
+  const int32_t z1 = zeros(), z2 = zeros_made == 2 ? zeros() : z1;
+  if (zeros_made == 0) b.output(b.node("aten::mul.Tensor", {T(z1), F(2.0)}, f, qs));
+  const int32_t high = b.node("aten::slice_scatter.default",
+                              {T(z1), T(neg), Arg::integer(3), Arg::integer(h), Arg::integer(INT64_MAX), Arg::integer(1)},
+                              f, qs);
+  const int32_t low = b.node("aten::slice_scatter.default",
+                             {T(z2), T(swap_halves ? lower : upper), Arg::integer(-1), Arg::integer(0), Arg::integer(h),
+                              Arg::integer(1)}, f, qs);
+  const int32_t sum = b.node("aten::add.Tensor", {T(high), T(low), Arg::integer(1)}, f, qs);
+  const int32_t gc = b.node("aten::mul.Tensor", {T(cos), T(g)}, f, qs);
+  b.output(b.node("aten::add.Tensor", {T(gc), T(sum), Arg::integer(1)}, f, qs));
+  return b.build();
+}
+
+}  // namespace
+
+TEST(Patterns, RotaryEmbeddingsGradientIsTheBackwardKernelBitForBit) {
+  for (int zeros : {1, 2, 0}) {
+    SCOPED_TRACE(zeros);
+    const Graph g = rope_backward_graph(false, zeros);
+    CompileReport rep;
+    compile_graph(g, &rep);
+    EXPECT_EQ(rep.native_kernels, 1);
+    EXPECT_EQ(rep.native_nodes, 8 + zeros);  // the cast of g too; a fill read elsewhere stays
+    EXPECT_EQ(rep.extern_calls, 0);          // the slice_scatters are gone
+    const CompiledRun r = compile_and_run(g, nullptr, 8);
+    const auto* mem = static_cast<const uint16_t*>(r.buffers.inputs[0]);
+    const auto* cs = static_cast<const float*>(r.buffers.inputs[1]);
+    const auto* sn = static_cast<const float*>(r.buffers.inputs[2]);
+    const std::vector<double> got = r.output(g.outputs.size() - 1);
+    for (int64_t bb = 0, e = 0; bb < 2; ++bb)
+      for (int64_t hh = 0; hh < 3; ++hh)
+        for (int64_t ss = 0; ss < 4; ++ss)
+          for (int64_t d = 0; d < 8; ++d, ++e) {
+            auto grad = [&](int64_t dd) {
+              return std::bit_cast<float>(static_cast<uint32_t>(mem[bb * 96 + ss * 24 + hh * 8 + dd]) << 16);
+            };
+            const int64_t row = bb * 32 + ss * 8, other = d < 4 ? d + 4 : d - 4;
+            const float moved = grad(other) * sn[row + other];
+            const float want = grad(d) * cs[row + d] + (d < 4 ? moved : -moved);
+            ASSERT_EQ(static_cast<float>(got[e]), want) << "element " << e;
+          }
+  }
+}
+
+TEST(Patterns, ScattersOfTheOtherHalvesAreNotTheRotarysGradient) {
+  CompileReport rep;
+  compile_graph(rope_backward_graph(true, 1), &rep);
   EXPECT_EQ(rep.native_kernels, 0);
 }
 

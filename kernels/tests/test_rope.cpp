@@ -43,8 +43,9 @@ nk::View4 view(Buffer& b, const Case& c, bool transposed, bool broadcast_heads) 
 
 class Rope : public ::testing::TestWithParam<Case> {};
 
-TEST_P(Rope, MatchesEagerRounding) {
-  const Case c = GetParam();
+// backward: x is the gradient of out, out the gradient of x (rope.hpp):
+// dx = g * cos + cat(g2 * sin2, -(g1 * sin1)), rounded as autograd's graph.
+void check_rope(const Case& c, bool backward) {
   const size_t n = size_t(c.B * c.H * c.S * c.D), nb = size_t(c.B * c.S * c.D);
   std::mt19937 gen(11);
   std::normal_distribution<double> n01(0.0, 1.0);
@@ -56,7 +57,7 @@ TEST_P(Rope, MatchesEagerRounding) {
     sn.set(i, std::sin(angle));
   }
   nk::RopeParams p{view(x, c, c.transposed, false), view(cs, c, false, true), view(sn, c, false, true),
-                   view(out, c, c.transposed, false)};
+                   view(out, c, c.transposed, false), backward};
   nk::rope(p, nk_test::threaded_for);
   const int64_t h2 = c.D / 2;
   for (int64_t b = 0; b < c.B; ++b)
@@ -68,11 +69,19 @@ TEST_P(Rope, MatchesEagerRounding) {
           const double rot = d < h2 ? -x.get(at(p.x, d + h2)) : x.get(at(p.x, d - h2));
           // float32 arithmetic, each result rounded to the type, as eager's ops.
           const float a = float(nk_test::rounded(double(float(xv) * float(cs.get(at(p.cos, d)))), c.dtype));
-          const float r = float(nk_test::rounded(double(float(rot) * float(sn.get(at(p.sin, d)))), c.dtype));
+          const int64_t other = d < h2 ? d + h2 : d - h2;
+          const float moved = float(
+              nk_test::rounded(double(float(x.get(at(p.x, other))) * float(sn.get(at(p.sin, other)))), c.dtype));
+          const float r = backward ? (d < h2 ? moved : -moved)
+                                   : float(nk_test::rounded(double(float(rot) * float(sn.get(at(p.sin, d)))), c.dtype));
           const double want = nk_test::rounded(double(a + r), c.dtype);
           ASSERT_EQ(out.get(at(p.out, d)), want) << "b " << b << " h " << h << " s " << s << " d " << d;
         }
 }
+
+TEST_P(Rope, MatchesEagerRounding) { check_rope(GetParam(), false); }
+
+TEST_P(Rope, BackwardMatchesAutogradsRounding) { check_rope(GetParam(), true); }
 
 using D = nk::DType;
 INSTANTIATE_TEST_SUITE_P(

@@ -26,6 +26,9 @@ inline constexpr std::string_view kNativeAttentionBackward = "neuron::attention_
 inline constexpr std::string_view kNativeRowNorm = "neuron::row_norm";
 // args (x, cos, sin); outputs (out) (neuronkernels/rope.hpp).
 inline constexpr std::string_view kNativeRope = "neuron::rope";
+// args (grad_out, cos, sin); outputs (grad_x): the rotary embedding's
+// gradient (RopeParams::backward).
+inline constexpr std::string_view kNativeRopeBackward = "neuron::rope_backward";
 // args (self, index, source, dim i); no outputs: writes self in place (a
 // static KV cache's update), self[..., index[j], ...] = source[..., j, ...]
 // along dim, as index_copy_ and index_put_ with one index tensor do.
