@@ -462,11 +462,16 @@ class TileRunner {
           break;
         }
         case TileOp::kReduce:
-          if (p_.reduce == ReduceKind::kMax) {
-            const float m = prims_.max(read(in.a), n);
-            if (std::isnan(m) || m > max_acc_) max_acc_ = std::isnan(max_acc_) ? max_acc_ : m;
-          } else {
-            sum_acc_ += prims_.sum(read(in.a), n);
+          // Each row of the tile into its own accumulator.
+          for (int64_t r = 0; r < rows_; ++r) {
+            const float* a = read(in.a) + r * row_n;
+            if (p_.reduce == ReduceKind::kMax) {
+              const float m = prims_.max(a, row_n);
+              float& acc = max_acc_[static_cast<size_t>(r)];
+              if (std::isnan(m) || m > acc) acc = std::isnan(acc) ? acc : m;
+            } else {
+              sum_acc_[static_cast<size_t>(r)] += prims_.sum(a, row_n);
+            }
           }
           break;
         default:
@@ -489,19 +494,29 @@ class TileRunner {
     }
   }
 
-  void reduce_row(int64_t inner) {
-    sum_acc_ = 0;
-    max_acc_ = -std::numeric_limits<float>::infinity();
-    for (int64_t c0 = 0; c0 < inner; c0 += tile_) run_chunk(c0, std::min(tile_, inner - c0));
-    float result = 0;
-    switch (p_.reduce) {
-      case ReduceKind::kSum: result = static_cast<float>(sum_acc_); break;
-      case ReduceKind::kMean: result = static_cast<float>(sum_acc_ / static_cast<double>(inner)); break;
-      case ReduceKind::kMax: result = max_acc_; break;
-      case ReduceKind::kNone: break;
+  // The reduction of the current row (seek_row), chunk by chunk, or of each
+  // row of the current tile of rows (seek_rows; inner fits a tile).
+  void reduce_rows(int64_t inner) {
+    const auto rows = static_cast<size_t>(rows_);
+    sum_acc_.assign(rows, 0.0);
+    max_acc_.assign(rows, -std::numeric_limits<float>::infinity());
+    if (rows_ > 1) {
+      run_chunk(0, inner);
+    } else {
+      for (int64_t c0 = 0; c0 < inner; c0 += tile_) run_chunk(c0, std::min(tile_, inner - c0));
     }
     const TileOperand& out = p_.operands[p_.reduce_operand];
-    prims_.store(out.dtype, &result, element(p_.reduce_operand, offsets_[p_.reduce_operand]), 1, 1);
+    for (size_t r = 0; r < rows; ++r) {
+      float result = 0;
+      switch (p_.reduce) {
+        case ReduceKind::kSum: result = static_cast<float>(sum_acc_[r]); break;
+        case ReduceKind::kMean: result = static_cast<float>(sum_acc_[r] / static_cast<double>(inner)); break;
+        case ReduceKind::kMax: result = max_acc_[r]; break;
+        case ReduceKind::kNone: break;
+      }
+      prims_.store(out.dtype, &result,
+                   element(p_.reduce_operand, row_offset(static_cast<int64_t>(r), p_.reduce_operand)), 1, 1);
+    }
   }
 
  private:
@@ -546,8 +561,8 @@ class TileRunner {
   std::vector<int64_t> index_;         // the first row's index in the leading dimensions
   int64_t rows_ = 1;                   // rows in the current tile
   std::vector<int64_t> element_bytes_;
-  double sum_acc_ = 0;
-  float max_acc_ = 0;
+  std::vector<double> sum_acc_;  // per row of the tile
+  std::vector<float> max_acc_;
 };
 
 }  // namespace
@@ -568,7 +583,7 @@ void run_tile_program(const TileProgram& p, const std::vector<void*>& data,
   const bool reducing = p.reduce != ReduceKind::kNone;
   if (rows == 0 || (inner == 0 && !reducing)) return;
   // Rows shorter than a tile share tiles (seek_rows).
-  const bool multi_row = !reducing && rows > 1 && inner <= kMultiRowInner;
+  const bool multi_row = rows > 1 && inner > 0 && inner <= kMultiRowInner;
   const CopyPlan plan = plan_copies(p, data, multi_row);
   const int64_t tile = tile_elements(plan.num_tiles);
   const bool parallel = rows * std::max<int64_t>(inner, 1) >= kParallelElements;
@@ -585,13 +600,17 @@ void run_tile_program(const TileProgram& p, const std::vector<void*>& data,
       const int64_t row = item / chunks * rows_per_tile;
       if (rows_per_tile > 1) {
         runner.seek_rows(row, std::min(rows_per_tile, rows - row));
-        runner.run_chunk(0, inner);
+        if (reducing) {
+          runner.reduce_rows(inner);
+        } else {
+          runner.run_chunk(0, inner);
+        }
         continue;
       }
       if (row != current_row) runner.seek_row(row);
       current_row = row;
       if (reducing) {
-        runner.reduce_row(inner);
+        runner.reduce_rows(inner);
       } else {
         const int64_t c0 = (item % chunks) * tile;
         runner.run_chunk(c0, std::min(tile, inner - c0));

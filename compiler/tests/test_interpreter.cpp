@@ -143,6 +143,57 @@ TEST(Interpreter, MaxReductionPropagatesNaNFromAnyPosition) {
   EXPECT_EQ(out[4], 1000.0f);
 }
 
+TEST_P(EveryFloatType, ReductionsOfShortRowsShareTiles) {
+  // Rows of 48 (a head's RMSNorm) reduce several to a tile, each into its own
+  // result: over a transposed input, with the terms also stored, on the
+  // calling thread and split over threads (a partial last tile of rows).
+  const DType t = GetParam();
+  for (const char* op : {"aten::sum.dim_IntList", "aten::mean.dim", "aten::amax.default"}) {
+    for (int64_t r1 : {7, 97}) {
+      GraphBuilder b;
+      const int32_t x = b.input(t, {9, r1, 48});
+      const int32_t yt = b.input(t, {r1, 9, 48});
+      const int32_t y = b.view(yt, {9, r1, 48}, {48, 9 * 48, 1});
+      // Positive terms: a sum without cancellation, within the float32 tolerance.
+      const int32_t ex = b.node("aten::exp.default", {T(x)}, t, {9, r1, 48});
+      const int32_t ey = b.node("aten::exp.default", {T(y)}, t, {9, r1, 48});
+      const int32_t m = b.node("aten::mul.Tensor", {T(ex), T(ey)}, t, {9, r1, 48});
+      std::vector<Arg> args = {T(m), Arg::int_list({2}), Arg::boolean(true)};
+      if (std::string(op) != "aten::amax.default") args.push_back(Arg::none());
+      b.output(b.node(op, args, t, {9, r1, 1}));
+      b.output(m);
+      SCOPED_TRACE(std::string(op) + " " + std::to_string(r1));
+      check(b.build(), 4);
+      check(b.build(), 5, threaded_for);
+    }
+  }
+}
+
+TEST(Interpreter, MaxOfShortRowsKeepsEachRowsNaN) {
+  // Rows of 40 in tiles of several rows: a NaN stays in its own row's maximum.
+  constexpr int64_t kRows = 6, kInner = 40;
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {kRows, kInner});
+  b.output(b.node("aten::amax.default", {T(x), Arg::int_list({1}), Arg::boolean(false)}, DType::kFloat32, {kRows}));
+  const Program p = compile_graph(b.build());
+  std::vector<float> in(kRows * kInner);
+  for (int64_t i = 0; i < kRows * kInner; ++i) in[i] = static_cast<float>(i % kInner);
+  in[1 * kInner + 5] = std::numeric_limits<float>::quiet_NaN();
+  in[4 * kInner + kInner - 1] = std::numeric_limits<float>::quiet_NaN();
+  float out[kRows];
+  AlignedBytes arena(p.arena_bytes);
+  RunBuffers buf{{in.data()}, {out}, arena.data()};
+  TestExterns none;
+  run_program(p, buf, none);
+  for (int64_t r = 0; r < kRows; ++r) {
+    if (r == 1 || r == 4) {
+      EXPECT_TRUE(std::isnan(out[r])) << r;
+    } else {
+      EXPECT_EQ(out[r], kInner - 1.f) << r;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, EveryFloatType,
                          ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });

@@ -1,7 +1,11 @@
 // The tile interpreter: runs a fused group (TileProgram) over tiles of the
 // iteration space's last dimension, each instruction one call of a
 // precompiled vectorized primitive over the tile (no code generation at run
-// time).
+// time). Rows of up to 512 elements share a tile (as many as fit): loads and
+// stores go row by row, the other instructions once per tile, and a
+// reduction keeps one result per row. Attention's [B, H, S, 64] read in a
+// transposed order, or a head's RMSNorm, then pay the interpreter's work per
+// instruction once per tile instead of once per row of 64.
 #pragma once
 
 #include <vector>
