@@ -368,7 +368,7 @@ class TileRunner {
   // Row `row` of the leading dimensions, elements [c0, c0 + n) of the last.
   void seek_row(int64_t row) {
     rows_ = 1;
-    row_offsets(row, offsets_.data());
+    seek_index(row);
   }
 
   // Rows [row, row + count) as one tile of count x inner elements: loads
@@ -380,13 +380,8 @@ class TileRunner {
     rows_ = count;
     const size_t ops = offsets_.size(), leading = p_.shape.size() - 1;
     if (many_offsets_.size() < static_cast<size_t>(count) * ops) many_offsets_.resize(static_cast<size_t>(count) * ops);
-    // The first row's index by division, the others by counting on from it.
-    index_.assign(leading, 0);
-    for (size_t d = leading, rest = static_cast<size_t>(row); d-- > 0;) {
-      index_[d] = static_cast<int64_t>(rest % static_cast<size_t>(p_.shape[d]));
-      rest /= static_cast<size_t>(p_.shape[d]);
-    }
-    row_offsets(row, offsets_.data());
+    // The first row by division, the others by counting on from it.
+    seek_index(row);
     int64_t* out = many_offsets_.data();
     std::copy(offsets_.begin(), offsets_.end(), out);
     for (int64_t r = 1; r < count; ++r, out += ops) {
@@ -520,13 +515,15 @@ class TileRunner {
   }
 
  private:
-  void row_offsets(int64_t row, int64_t* out) const {
-    const size_t last = p_.shape.size() - 1;
-    std::fill(out, out + offsets_.size(), 0);
-    for (size_t d = last; d-- > 0;) {
-      const int64_t idx = row % p_.shape[d];
+  // index_ and offsets_ of row `row` of the leading dimensions.
+  void seek_index(int64_t row) {
+    const size_t leading = p_.shape.size() - 1;
+    index_.assign(leading, 0);
+    std::fill(offsets_.begin(), offsets_.end(), 0);
+    for (size_t d = leading; d-- > 0;) {
+      index_[d] = row % p_.shape[d];
       row /= p_.shape[d];
-      for (size_t o = 0; o < offsets_.size(); ++o) out[o] += idx * p_.operands[o].strides[d];
+      for (size_t o = 0; o < offsets_.size(); ++o) offsets_[o] += index_[d] * p_.operands[o].strides[d];
     }
   }
   int64_t row_offset(int64_t r, int32_t operand) const {
@@ -558,7 +555,7 @@ class TileRunner {
   std::vector<const float*> reads_;
   std::vector<int64_t> offsets_;       // of the tile's first row, per operand
   std::vector<int64_t> many_offsets_;  // of each row of a multi-row tile, row-major
-  std::vector<int64_t> index_;         // the first row's index in the leading dimensions
+  std::vector<int64_t> index_;         // the tile's first row's index in the leading dimensions
   int64_t rows_ = 1;                   // rows in the current tile
   std::vector<int64_t> element_bytes_;
   std::vector<double> sum_acc_;  // per row of the tile

@@ -108,7 +108,9 @@ TEST(Interpreter, AGroupIteratesInItsOutputsMemoryOrder) {
     const Graph g = b.build();
     const Program p = compile_graph(g);
     ASSERT_EQ(p.steps.size(), 1u);
-    if (!also_contiguous) EXPECT_EQ(p.steps[0].tiles.shape, (std::vector<int64_t>{240}));
+    if (!also_contiguous) {
+      EXPECT_EQ(p.steps[0].tiles.shape, (std::vector<int64_t>{240}));
+    }
     check(g);
     check(g, 2, threaded_for);
   }
