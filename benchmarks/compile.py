@@ -49,12 +49,22 @@ the neuron backend's own compile time (compile_metrics(): serializing and
 compiling each AOT graph; AOTAutograd's tracing, which Inductor pays too, is
 shown apart), and the share of each AOT graph's nodes that ran as fused groups,
 the device's kernels or library matrix products (target: >= 90% for the Llama
-decode and training graphs). For bfloat16 decode at batch 1 it also prints the bandwidth bound:
+decode and training graphs). For decoding it also prints the bandwidth bound:
 the device's streaming read bandwidth (sums over 512 MiB of device memory in
 the neuron peer's process, just before and after its timed decoding; the
-higher counts) over the bytes a
-decoding step reads (every weight but the input embedding table, of which it
-reads one row, and the static KV cache; target: >= 70% of it).
+higher counts) over the bytes a decoding step reads (every weight but the
+input embedding table, of which it reads one row per sequence, and the static
+KV cache; target for bfloat16 at batch 1: >= 70% of it), and the share of it
+each of neuron and eager reach.
+
+How far compiling can go: a step can run no faster than its work that compiled
+programs run exactly as eager does. For the module cases, the eager peer runs
+one more step under torch.profiler and the report prints that work's device
+time (library matrix products, the device's attention kernels, the optimizer
+outside the compiled model) and the ceiling eager step / shared work; for
+decoding, the ceiling is the bandwidth bound over eager's tokens/s
+(compile_ceiling.py). A ceiling below a target ratio puts that target out of
+reach of compiling on the machine measured.
 """
 import argparse
 import json
@@ -66,6 +76,7 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from compile_ceiling import describe  # noqa: E402
 from fresh_process import isa_line, measure_in_fresh_process  # noqa: E402
 
 CASES = ("block", "pointwise", "mlp_train", "adamw_step", "block_train", "llama_train", "decode_bs1", "decode_bs8")
@@ -205,7 +216,19 @@ def measure_module_case(case, peer, dtype_name, quick, repeats):
             opt.step()
 
     first, steady = steady_seconds(step, device, repeats)
-    return {"steady_s": steady, "first_s": first, **backend_share(peer)}
+    return {"steady_s": steady, "first_s": first, **backend_share(peer), **shared_work_of(peer, step, device)}
+
+
+def shared_work_of(peer, step, device):
+    """For neuron eager and compiled: a few more steps under the profiler, and
+    their device work that compiled programs run as eager does
+    (compile_ceiling.py)."""
+    if peer not in ("eager", "neuron"):
+        return {}
+    from compile_ceiling import PROFILED_STEPS, profile_device_ops, shared_work
+
+    profiles = [profile_device_ops(step, lambda: sync(device)) for _ in range(PROFILED_STEPS)]
+    return {"shared_work": shared_work(profiles)}
 
 
 def measure_optimizer_step(torch, model, peer, device, dtype, repeats):
@@ -320,22 +343,22 @@ def measure_decode(case, peer, dtype_name, quick, repeats):
     # The machine's streaming bandwidth drifts from minute to minute (shared
     # memory channels; 45 and 81 GB/s within one run): the bound takes the
     # device's own streaming reads just before and after the timed decoding.
-    bandwidths = [read_bandwidth(torch, device)] if peer == "neuron" and batch == 1 else []
+    bandwidths = [read_bandwidth(torch, device)] if peer == "neuron" else []
     first, steady = steady_seconds(step, device, repeats)
     if bandwidths:
         bandwidths.append(read_bandwidth(torch, device))
-    out = {"tokens_per_s": batch * new_tokens / steady, "first_s": first, "bandwidths": bandwidths,
-           **backend_share(peer)}
+    out = {"tokens_per_s": batch * new_tokens / steady, "steady_s": steady, "first_s": first,
+           "bandwidths": bandwidths, **backend_share(peer), **shared_work_of(peer, step, device)}
     if peer in ("neuron", "neuron_warm"):
         import torchneuron
 
         out["recompiles_after_first_call"] = sum(
             1 for r in torchneuron.compile_metrics() if r["recompile_reason"])
-    out["model_bytes"] = bytes_read_per_token(model, batch, 16 + new_tokens)
+    out["model_bytes"] = bytes_read_per_step(model, batch, 16 + new_tokens)
     return out
 
 
-def bytes_read_per_token(model, batch, cache_len):
+def bytes_read_per_step(model, batch, cache_len):
     """What one decoding step must read from memory: every weight but the input
     embedding table, of which it reads one row per sequence, and the static KV
     cache, which attention reads whole (keys and values of every layer, masked
@@ -385,16 +408,23 @@ def report(case, dtype_name, r):
               f"{', '.join(w['aot_caches'])}): first call "
               f"{w['first_s']:.2f} s, of which Dynamo {w['dynamo_ms'] / 1e3:.2f} s, AOTAutograd {w['aot_ms'] / 1e3:.2f} s, "
               f"backend {w['backend_ms']:.0f} ms; {beyond:.2f} s beyond Dynamo's tracing before running", flush=True)
+    works = {p: r[p]["shared_work"] for p in ("eager", "neuron") if "shared_work" in r[p]}
+    if works:
+        print(f"  {'':<12}{describe(1e3 * r['eager']['steady_s'], works)}", flush=True)
     if decode:
         print(f"  {'':<12}recompilations after the first call: {n['recompiles_after_first_call']}")
-        if case == "decode_bs1":
-            bandwidth = max(n["bandwidths"])
-            bound = bandwidth / n["model_bytes"]
-            measured = " and ".join(f"{b / 1e9:.1f}" for b in n["bandwidths"])
-            print(f"  {'':<12}bandwidth bound {bound:.1f} tokens/s ({n['model_bytes'] / 1e6:.0f} MB read "
-                  f"per token at {bandwidth / 1e9:.1f} GB/s, the higher of the device's {measured} measured "
-                  f"just before and after the timed decoding): neuron at {100 * speed['neuron'] / bound:.0f}% "
-                  f"of it", flush=True)
+        bandwidth = max(n["bandwidths"])
+        batch = int(case.removeprefix("decode_bs"))
+        bound = batch * bandwidth / n["model_bytes"]
+        measured = " and ".join(f"{b / 1e9:.1f}" for b in n["bandwidths"])
+        # A step reads every weight once whatever the batch: compiling cannot
+        # decode faster than that, so bound / eager is the ceiling of the
+        # compiled / eager ratio.
+        print(f"  {'':<12}bandwidth bound {bound:.1f} tokens/s ({n['model_bytes'] / 1e6:.0f} MB read "
+              f"per step at {bandwidth / 1e9:.1f} GB/s, the higher of the device's {measured} measured "
+              f"just before and after the timed decoding): neuron at {100 * speed['neuron'] / bound:.0f}% "
+              f"of it, eager at {100 * speed['eager'] / bound:.0f}%; ceiling for compiled vs eager "
+              f"{bound / speed['eager']:.2f}x", flush=True)
 
 
 def faster_round(first, again):
@@ -406,7 +436,7 @@ def faster_round(first, again):
         better = again["steady_s"] < first["steady_s"]
     if not better:
         return first
-    steady = {k: again[k] for k in ("tokens_per_s", "steady_s", "bandwidths") if k in again}
+    steady = {k: again[k] for k in ("tokens_per_s", "steady_s", "bandwidths", "shared_work") if k in again}
     return {**first, **steady}
 
 

@@ -21,6 +21,14 @@ first step's time (a compiled case compiles there), peak device memory, and
 the ratios neuron / CPU eager (target >= 1.0x) and compiled / neuron eager
 (target >= 1.3x).
 
+Each neuron case runs a few steps more, under torch.profiler and out of the
+timing; with both neuron cases of a precision, the report prints the device
+time of the work that compiled programs run as eager does (the library's
+matrix products, the device's attention kernels, the optimizer and gradient
+clipping outside the compiled model) and the ceiling it sets for
+`torch_compile=True` over eager: eager step / that work (the least of the
+profiled steps of both; compile_ceiling.py).
+
 `--profile K` also runs the first timed step of each case under torch.profiler
 and prints its K ops (or, compiled, program steps) with the most device time
 (neuron cases) or CPU time (CPU cases); docs/profiling.md.
@@ -34,6 +42,7 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from compile_ceiling import PROFILED_STEPS, describe, device_ops, shared_work  # noqa: E402
 from fresh_process import isa_line, measure_in_fresh_process  # noqa: E402
 
 CASES = ("cpu-fp32", "cpu-bf16", "neuron-fp32", "neuron-bf16", "neuron-compile-fp32", "neuron-compile-bf16")
@@ -89,7 +98,11 @@ def measure(case, steps, batch, seq, quick, profile_rows=0):
     config = model_config(quick)
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config)
-    rows = torch.randint(2, config.vocab_size, (batch * (WARMUP + steps), seq),
+    # Neuron cases run a few steps more, under the profiler and out of the
+    # timing: their work that compiled programs run as eager does
+    # (compile_ceiling.py) bounds what torch_compile=True can gain.
+    ceiling_steps = PROFILED_STEPS if device_type == "neuron" else 0
+    rows = torch.randint(2, config.vocab_size, (batch * (WARMUP + steps + ceiling_steps), seq),
                          generator=torch.Generator().manual_seed(1))
     data = datasets.Dataset.from_dict({"input_ids": rows.tolist()})
 
@@ -99,11 +112,12 @@ def measure(case, steps, batch, seq, quick, profile_rows=0):
 
     times = []
     profiled = {}
+    ceiling_profiles = []
 
     class StepTimes(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             sync()
-            if profile_rows and len(times) == WARMUP:
+            if (profile_rows and len(times) == WARMUP) or (ceiling_steps and len(times) >= WARMUP + steps):
                 from torch.profiler import ProfilerActivity, profile
 
                 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.PrivateUse1] if device_type == "neuron" else [])
@@ -114,12 +128,16 @@ def measure(case, steps, batch, seq, quick, profile_rows=0):
         def on_step_end(self, args, state, control, **kwargs):
             sync()
             times.append(time.perf_counter() - self.start)
-            if "session" in profiled and "table" not in profiled:
-                profiled["session"].__exit__(None, None, None)
-                profiled["table"] = profile_table(profiled["session"], device_type, profile_rows)
+            if "session" in profiled:
+                session = profiled.pop("session")
+                session.__exit__(None, None, None)
+                if len(times) == WARMUP + 1 and profile_rows:
+                    profiled["table"] = profile_table(session, device_type, profile_rows)
+                if ceiling_steps and len(times) > WARMUP + steps:
+                    ceiling_profiles.append(device_ops(session))
 
     args = SFTConfig(output_dir=os.path.join(os.environ.get("TMPDIR", "/tmp"), f"train-bench-{case}"),
-                     max_steps=WARMUP + steps, per_device_train_batch_size=batch, bf16=bf16,
+                     max_steps=WARMUP + steps + ceiling_steps, per_device_train_batch_size=batch, bf16=bf16,
                      torch_compile=compiled, use_cpu=device_type == "cpu", max_length=seq,
                      logging_steps=10_000, save_strategy="no", report_to="none", disable_tqdm=True,
                      dataloader_drop_last=True)
@@ -128,7 +146,9 @@ def measure(case, steps, batch, seq, quick, profile_rows=0):
                          callbacks=[StepTimes()])
     trainer.train()
     # The profiled step is slower: keep it out of the timing when others are left.
-    timed = times[WARMUP + 1:] if profile_rows and len(times) > WARMUP + 1 else times[WARMUP:]
+    timed = times[WARMUP:WARMUP + steps]
+    if profile_rows and len(timed) > 1:
+        timed = timed[1:]
     step = statistics.median(timed)
     peak = torch.neuron.max_memory_allocated() if device_type == "neuron" else 0
     graphs = {}
@@ -143,7 +163,7 @@ def measure(case, steps, batch, seq, quick, profile_rows=0):
                 graphs[how] = graphs.get(how, 0) + 1
     return {"params": sum(p.numel() for p in model.parameters()), "first": times[0], "step": step,
             "tokens_per_second": batch * seq / step, "peak": peak, "threads": torch.get_num_threads(),
-            "graphs": graphs, "profile": profiled.get("table")}
+            "graphs": graphs, "profile": profiled.get("table"), "shared_work": shared_work(ceiling_profiles) if ceiling_profiles else None}
 
 
 def main():
@@ -181,6 +201,7 @@ def main():
                 print(f"    compiled graphs: " + ", ".join(f"{n} {how}" for how, n in r["graphs"].items()), flush=True)
             if r["profile"]:
                 print("    " + r["profile"].replace("\n", "\n    "), flush=True)
+
     if args.rounds > 1:
         print(f"fastest of {args.rounds} rounds per case")
 
@@ -194,6 +215,10 @@ def main():
         ratio(f"neuron-{precision}", f"cpu-{precision}", "neuron eager vs CPU eager, target >= 1.0x")
     for precision in ("fp32", "bf16"):
         ratio(f"neuron-compile-{precision}", f"neuron-{precision}", "torch_compile=True vs eager, target >= 1.3x")
+        eager, compiled = results.get(f"neuron-{precision}"), results.get(f"neuron-compile-{precision}")
+        if eager and compiled:
+            works = {"eager": eager["shared_work"], "compiled": compiled["shared_work"]}
+            print(f"    {describe(1e3 * eager['step'], works)}")
 
 
 if __name__ == "__main__":
