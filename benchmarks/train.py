@@ -163,7 +163,8 @@ def measure(case, steps, batch, seq, quick, profile_rows=0):
                 graphs[how] = graphs.get(how, 0) + 1
     return {"params": sum(p.numel() for p in model.parameters()), "first": times[0], "step": step,
             "tokens_per_second": batch * seq / step, "peak": peak, "threads": torch.get_num_threads(),
-            "graphs": graphs, "profile": profiled.get("table"), "shared_work": shared_work(ceiling_profiles) if ceiling_profiles else None}
+            "graphs": graphs, "profile": profiled.get("table"),
+            "shared_work": shared_work(ceiling_profiles) if ceiling_profiles else None}
 
 
 def main():
@@ -201,7 +202,6 @@ def main():
                 print(f"    compiled graphs: " + ", ".join(f"{n} {how}" for how, n in r["graphs"].items()), flush=True)
             if r["profile"]:
                 print("    " + r["profile"].replace("\n", "\n    "), flush=True)
-
     if args.rounds > 1:
         print(f"fastest of {args.rounds} rounds per case")
 
