@@ -532,6 +532,32 @@ print(torch.allclose(got, expected, rtol=1e-5, atol=1e-4), (got - expected).abs(
         assert lines[3] == "True", (level, lines)
 
 
+
+def test_mixed_precision_gemm_survives_onednn_turned_off_while_it_runs(run_python):
+    # ATen's microkernel reads torch.backends.mkldnn.enabled at every call: a
+    # product queued with it on and still running when the host turns it off
+    # finishes in float32 instead of failing (it did, on a slow machine, in the
+    # test above). Accumulating into its own output (TRL's acc.addmm_) too.
+    code = """
+import torch, torchneuron
+g = torch.Generator().manual_seed(0)
+a, b = torch.randn(1024, 4096, generator=g).bfloat16(), torch.randn(4096, 1536, generator=g).bfloat16()
+c = torch.randn(1024, 1536, generator=g)
+expected = a.float() @ b.float()
+for _ in range(3):
+    torch.backends.mkldnn.enabled = True
+    an, bn, acc = a.to("neuron"), b.to("neuron"), c.to("neuron")
+    torch.neuron.synchronize()
+    y = torch.mm(an, bn, out_dtype=torch.float32)
+    torch.addmm(acc, an, bn, out_dtype=torch.float32, out=acc)
+    torch.backends.mkldnn.enabled = False  # while the products run
+    print(torch.allclose(y.cpu(), expected, rtol=1e-5, atol=1e-3),
+          torch.allclose(acc.cpu(), c + expected, rtol=1e-5, atol=1e-3))
+"""
+    lines = run_python(code, {}, timeout=240).stdout.split()
+    assert lines == ["True"] * 6, lines
+
+
 # Products with an out_dtype (`torch.mm(a, b, out_dtype=torch.float32)`, as CUDA
 # has them): ATen has no CPU kernel, so the reference is CPU's product of the
 # operands cast to out_dtype (exact for 16-bit values), and float64 for the error.

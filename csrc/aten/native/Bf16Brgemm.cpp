@@ -11,6 +11,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
+#include <ATen/ops/addmm.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/from_blob.h>
@@ -154,6 +155,22 @@ const uint16_t* row_major(const at::Tensor& t, Scratch& scratch, const neuronker
   return copy;
 }
 
+// y[rows, cols] (+)= a[:, k0:k1] . b[k0:k1, :] in float32 (products of
+// bfloat16 values are exact there), row-major with the given strides.
+void rest_of_tile_in_float32(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float* y, int64_t ldy,
+                             int64_t rows, int64_t cols, int64_t k0, int64_t k1, bool accumulate) {
+  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16);
+  const at::Tensor a32 = at::from_blob(const_cast<uint16_t*>(a + k0), {rows, k1 - k0}, {lda, 1}, bf16).to(at::kFloat);
+  const at::Tensor b32 =
+      at::from_blob(const_cast<uint16_t*>(b + k0 * ldb), {k1 - k0, cols}, {ldb, 1}, bf16).to(at::kFloat);
+  at::Tensor out = at::from_blob(y, {rows, cols}, {ldy, 1}, at::TensorOptions().dtype(at::kFloat));
+  if (accumulate) {
+    at::addmm_out(out, out, a32, b32);
+  } else {
+    at::mm_out(out, a32, b32);
+  }
+}
+
 void run(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, bool accumulate,
          const neuronkernels::ParallelFor& parallel_for) {
   const int64_t M = Y.size(0), N = Y.size(1), K = A.size(1);
@@ -188,8 +205,19 @@ void run(const at::Tensor& A, const at::Tensor& B, const at::Tensor& Y, bool acc
       const auto* b_block = reinterpret_cast<const at::BFloat16*>(packed + j * depth * kCols);
       float* y_tile = y + m0 * ldy + n0;
       for (int64_t k0 = 0; k0 < depth; k0 += kDepth) {
-        at::native::cpublas::brgemm(rows, cols, std::min(kDepth, depth - k0), lda, kCols, ldy, accumulate || k0 > 0,
-                                    a_tile + k0, b_block + k0 * kCols, y_tile, /*is_vnni=*/true);
+        try {
+          at::native::cpublas::brgemm(rows, cols, std::min(kDepth, depth - k0), lda, kCols, ldy,
+                                      accumulate || k0 > 0, a_tile + k0, b_block + k0 * kCols, y_tile,
+                                      /*is_vnni=*/true);
+        } catch (const c10::Error&) {
+          // ATen checks torch.backends.mkldnn.enabled at every call: turned
+          // off while this product ran, the calls left throw. The rest of the
+          // tile's depth then goes through a float32 product.
+          if (at::globalContext().userEnabledMkldnn()) throw;
+          rest_of_tile_in_float32(a + m0 * lda, lda, b + n0, ldb, y_tile, ldy, rows, cols, k0, depth,
+                                  accumulate || k0 > 0);
+          break;
+        }
       }
       if (depth < K) {
         const uint16_t* b_last = b + (K - 1) * ldb + n0;
