@@ -7,8 +7,8 @@ Random weights (nothing is downloaded). For float32 and bfloat16, it reports gre
 decoding throughput (batch 1 and 8, 128 new tokens, static cache) and the time to
 first token of a 512-token prompt, on CPU and on neuron, and their ratio (target:
 neuron throughput >= 1.0x CPU). Both devices run eager with `disable_compile=True`
-(the neuron torch.compile backend runs its graphs eagerly until the graph compiler
-lands, docs/compile.md). Each device runs in its own fresh
+(Transformers would otherwise compile a static cache's decoding step; compiled
+decoding is measured by compile.py). Each device runs in its own fresh
 process (see fresh_process.py for why).
 """
 import argparse

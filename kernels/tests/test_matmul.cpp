@@ -138,10 +138,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"nt_rows4_bf16_tails", 4, 77, 14, true, Bias::kColumns, D::kBFloat16, 2},
         Case{"nt_rows5_bf16", 5, 130, 9, true, Bias::kFull, D::kBFloat16, 3},
         // bfloat16 column streams of 2 to 6 rows (vdpbf16ps where the CPU has it):
-        // pairs of 32-element steps, a single one, a scalar tail, two passes of rows.
+        // pairs of 32-element steps, a single one, a scalar tail, two passes of rows;
+        // 7 rows and more on the tiles, with K, row and column tails.
         Case{"nt_rows3_bf16_odd_step", 3, 100, 9, true, Bias::kColumns, D::kBFloat16, 0},
         Case{"nt_rows6_bf16_two_passes", 6, 96, 11, true, Bias::kNone, D::kBFloat16, 2},
+        Case{"nt_rows7_bf16_tails", 7, 333, 13, true, Bias::kColumns, D::kBFloat16, 3},
         Case{"nt_rows8_bf16", 8, 256, 64, true, Bias::kNone, D::kBFloat16, 0},
+        Case{"nt_rows9_bf16_tails", 9, 101, 10, true, Bias::kFull, D::kBFloat16, 1},
         Case{"nt_rows7_f16", 7, 64, 10, true, Bias::kFull, D::kFloat16, 0},
         Case{"nt_rows16_f32", 16, 100, 33, true, Bias::kColumns, D::kFloat32, 0},
         Case{"nt_rows16_bf16_tails", 16, 83, 17, true, Bias::kFull, D::kBFloat16, 1},
