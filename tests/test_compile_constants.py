@@ -77,3 +77,38 @@ def test_a_constant_that_fails_to_evaluate_is_left_to_the_program():
     program = records()[-1]["programs"]["inference"]
     assert program["executor"] == "compiler" and program["constant_folded"] == 0
     assert torch.equal((torch.ones(2, device="neuron") * 3).cpu(), torch.full((2,), 3.0))
+
+
+def _accumulate_whole(a, b, e):
+    acc = torch.zeros(a.shape[0], b.shape[1], device=a.device)
+    acc[: a.shape[0]].addmm_(a, b)  # TRL's fused LM head accumulates its gradients so
+    return acc + e, acc.sum(0)
+
+
+def _accumulate_rows(a, b, e):
+    acc = torch.zeros(a.shape[0] + 2, b.shape[1], device=a.device)
+    acc[1: a.shape[0] + 1].addmm_(a, b)
+    return acc[1:-1] + e, acc.sum(0)
+
+
+@pytest.mark.parametrize("fn, groups", [(_accumulate_whole, 1), (_accumulate_rows, 3)], ids=["whole", "rows"])
+def test_a_product_into_zeros_is_the_product_alone(fn, groups):
+    """`acc = zeros(); acc[:n].addmm_(a, b)`: AOTAutograd writes a zero fill, an addmm of
+    a view of it and a slice_scatter back into it. The view of the fill is not folded into
+    a constant (it would hide the zeros from the compiler): the program runs the product
+    alone (mm, no fill to read or copy first), and a scatter over the whole fill is its
+    source (no copy: the add is the one fused group). Scattered into some rows of a
+    larger fill, the fill and the copy into its rows stay (fused groups, the copy in
+    place). Equal to eager and to CPU."""
+    compiled = torch.compile(fn, backend="neuron", fullgraph=True)
+    torch.manual_seed(0)
+    args = (torch.randn(40, 24), torch.randn(24, 16), torch.randn(40, 16))
+    dev = [t.to("neuron") for t in args]
+    for got, eager, cpu in zip(compiled(*dev), fn(*dev), fn(*args)):
+        torch.testing.assert_close(got.cpu(), eager.cpu(), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(got.cpu(), cpu, rtol=1e-5, atol=1e-5)
+    program = records()[-1]["programs"]["inference"]
+    assert program["executor"] == "compiler" and program["constant_folded"] == 0, program
+    ops = program["extern_ops"]
+    assert ops.get("aten::mm.default") == 1 and "aten::addmm.default" not in ops, ops
+    assert "aten::slice_scatter.default" not in ops and program["fused_groups"] == groups, program

@@ -49,9 +49,10 @@ CHAT_TEMPLATE = (
 # The backward's float32 accumulation of bfloat16 tiles: one mixed-precision GEMM
 # where the target has one (at avx512_bf16: MKL's on Intel CPUs, oneDNN's
 # microkernel on others), else the casts and the float32 product (docs/compile.md,
-# "Pattern fusion").
-ACCUMULATING_GEMM = ("aten::addmm.dtype" if torchneuron._C._compile_mixed_precision_gemm()
-                     else "aten::addmm.default")
+# "Pattern fusion"); into accumulators that start at zero (one chunk of tokens, as
+# here), the product alone (docs/compile.md, "Accumulators that start at zero").
+ACCUMULATING_GEMM = ("aten::mm.dtype" if torchneuron._C._compile_mixed_precision_gemm()
+                     else "aten::mm.default")
 BF16_TOL = dict(atol=2e-3, rtol=2e-3)
 
 

@@ -5,11 +5,11 @@
 
 #include "neuroncompiler/fusion.hpp"
 #include "neuroncompiler/graph_format.hpp"
-#include "neuroncompiler/graph_format.hpp"
 #include "neuroncompiler/memory_plan.hpp"
 #include "neuroncompiler/native_ops.hpp"
 #include "neuroncompiler/patterns.hpp"
 #include "neuroncompiler/reinplace.hpp"
+#include "neuroncompiler/simplify.hpp"
 #include "neuroncompiler/tile_lowering.hpp"
 
 namespace neuroncompiler {
@@ -31,6 +31,7 @@ Program compile_graph(const Graph& graph, CompileReport* report, const CompileOp
   auto t0 = Clock::now();
   Graph g = graph;
   rep.folded = rewrite_patterns(g, options.patterns).folded;
+  simplify_accumulators(g);
   rep.reinplaced = reinplace(g);
   lower_index_copies(g);
   lower_integer_arithmetic(g);

@@ -94,6 +94,52 @@ void PatternGraph::fold_constant(size_t i, int32_t v, const Arg& constant) {
   taken_[i] = true;
 }
 
+void PatternGraph::alias(size_t i, int32_t v, int32_t src) {
+  for (size_t r : root_readers_[v]) {
+    for (Arg& a : g_.nodes[r].args) {
+      if (a.kind == Arg::Kind::kTensor && a.i == v) a.i = src;
+      if (a.kind == Arg::Kind::kTensorList) {
+        for (int64_t& id : a.ints) if (id == v) id = src;
+      }
+    }
+    root_readers_[src].insert(r);
+  }
+  for (size_t r : readers_[v]) readers_[src].insert(r);
+  for (Value& value : g_.values) {
+    if (value.base == v) value.base = src;
+  }
+  for (int32_t& out : g_.outputs) {
+    if (out == v) out = src;
+  }
+  pinned_[src] = pinned_[src] || pinned_[v];
+  root_readers_[v].clear();
+  readers_[v].clear();
+  root_readers_[src].erase(i);
+  readers_[src].erase(i);
+  taken_[i] = true;
+}
+
+void PatternGraph::remove(size_t i) {
+  if (taken_[i]) throw CompileError("pattern pass: " + g_.describe_node(i) + " removed twice");
+  taken_[i] = true;
+}
+
+bool PatternGraph::read_after_rewrite(int32_t v) const {
+  const int32_t root = g_.root(v);
+  for (size_t r : root_readers_[root]) {
+    if (!taken_[r]) return true;
+  }
+  for (const auto& [anchor, native] : replacements_) {
+    for (const Arg& a : native.args) {
+      if (a.kind == Arg::Kind::kTensor && g_.root(static_cast<int32_t>(a.i)) == root) return true;
+      if (a.kind == Arg::Kind::kTensorList) {
+        for (int64_t id : a.ints) if (id >= 0 && g_.root(static_cast<int32_t>(id)) == root) return true;
+      }
+    }
+  }
+  return false;
+}
+
 void PatternGraph::apply() {
   if (std::find(taken_.begin(), taken_.end(), true) == taken_.end()) return;
   std::vector<Node> nodes;

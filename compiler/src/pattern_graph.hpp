@@ -46,6 +46,14 @@ class PatternGraph {
   int replaced_nodes() const { return replaced_; }
   // Removes node `i`, whose result `v` its readers now take as `constant`.
   void fold_constant(size_t i, int32_t v, const Arg& constant);
+  // Removes node `i`, whose result `v` has `src`'s values and layout: its
+  // readers read `src`, its views view `src`'s buffer, a graph output of `v`
+  // becomes `src`. `src` owns its buffer and only node `i` reads it.
+  void alias(size_t i, int32_t v, int32_t src);
+  // Removes node `i` (its results must have no readers left).
+  void remove(size_t i);
+  // A node not taken, or a replacement, reads `v` or its views.
+  bool read_after_rewrite(int32_t v) const;
   // Rewrites the graph's node list.
   void apply();
 

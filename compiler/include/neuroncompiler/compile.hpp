@@ -1,5 +1,5 @@
 // The compiler's pipeline: a parsed graph -> pattern fusion into native ops ->
-// re-inplacing -> elementwise fusion -> tile lowering -> memory planning -> a Program, with
+// accumulators that start at zero simplified -> re-inplacing -> elementwise fusion -> tile lowering -> memory planning -> a Program, with
 // what each phase took.
 #pragma once
 

@@ -16,8 +16,9 @@ reads is constant. Of the constant nodes, those read by a non-constant node
 and replaced by graph attributes: serialize.py passes an attribute to the
 program as a constant input. Left to the compiler: a constant that is a
 plain fill (`full`, `zeros`, `ones`, `scalar_tensor`), which a fused group
-computes from an immediate, and one above `MAX_BYTES`, which would be held
-for the graph's lifetime.
+computes from an immediate, or a view of one (the compiler reads it where the
+fill lies, and sees that it reads zeros: neuroncompiler/simplify.hpp), and
+one above `MAX_BYTES`, which would be held for the graph's lifetime.
 
 A constant whose evaluation raises (an out-of-range index into an arange) is
 left unfolded, with what depends on it: the program reports the error when it
@@ -65,9 +66,15 @@ def _constant_nodes(graph) -> list:
 
 def _worth_folding(node) -> bool:
     val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor) or node.target in _FILLS:
+    if not isinstance(val, torch.Tensor) or _fill_or_view_of_one(node):
         return False
     return val.numel() * val.element_size() <= MAX_BYTES
+
+
+def _fill_or_view_of_one(node) -> bool:
+    while isinstance(node.target, torch._ops.OpOverload) and node.target.is_view and node.args:
+        node = node.args[0]
+    return isinstance(node, torch.fx.Node) and node.target in _FILLS
 
 
 class _Folded(torch.nn.Module):
