@@ -31,7 +31,7 @@ Program compile_graph(const Graph& graph, CompileReport* report, const CompileOp
   auto t0 = Clock::now();
   Graph g = graph;
   rep.folded = rewrite_patterns(g, options.patterns).folded;
-  simplify_accumulators(g);
+  simplify_functionalized_updates(g);
   rep.reinplaced = reinplace(g);
   lower_index_copies(g);
   lower_integer_arithmetic(g);

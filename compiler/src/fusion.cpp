@@ -16,17 +16,6 @@ struct OpenGroup {
   std::set<int32_t> viewed;    // those of them it reads through a view
 };
 
-std::vector<int32_t> tensor_args(const Node& n) {
-  std::vector<int32_t> ids;
-  for (const Arg& a : n.args) {
-    if (a.kind == Arg::Kind::kTensor) ids.push_back(static_cast<int32_t>(a.i));
-    if (a.kind == Arg::Kind::kTensorList) {
-      for (int64_t id : a.ints) if (id >= 0) ids.push_back(static_cast<int32_t>(id));
-    }
-  }
-  return ids;
-}
-
 }  // namespace
 
 Schedule fuse(const Graph& g) {

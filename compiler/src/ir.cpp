@@ -2,6 +2,26 @@
 
 namespace neuroncompiler {
 
+std::vector<int32_t> tensor_args(const Node& n) {
+  std::vector<int32_t> ids;
+  for (const Arg& a : n.args) {
+    if (a.kind == Arg::Kind::kTensor) ids.push_back(static_cast<int32_t>(a.i));
+    if (a.kind == Arg::Kind::kTensorList) {
+      for (int64_t id : a.ints) if (id >= 0) ids.push_back(static_cast<int32_t>(id));
+    }
+  }
+  return ids;
+}
+
+void rename_tensor_arg(Node& n, int32_t from, int32_t to) {
+  for (Arg& a : n.args) {
+    if (a.kind == Arg::Kind::kTensor && a.i == from) a.i = to;
+    if (a.kind == Arg::Kind::kTensorList) {
+      for (int64_t& id : a.ints) if (id == from) id = to;
+    }
+  }
+}
+
 int64_t Layout::numel() const {
   int64_t n = 1;
   for (int64_t s : sizes) n *= s;

@@ -13,14 +13,9 @@ PatternGraph::PatternGraph(Graph& g)
       taken_(g.nodes.size(), false) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
-    auto read = [&](int64_t id) {
-      if (id < 0) return;
+    for (int32_t id : tensor_args(n)) {
       readers_[id].insert(i);
-      root_readers_[g.root(static_cast<int32_t>(id))].insert(i);
-    };
-    for (const Arg& a : n.args) {
-      if (a.kind == Arg::Kind::kTensor) read(a.i);
-      if (a.kind == Arg::Kind::kTensorList) for (int64_t id : a.ints) read(id);
+      root_readers_[g.root(id)].insert(i);
     }
     for (int32_t o : n.outputs) if (o >= 0) producer_[o] = static_cast<int32_t>(i);
   }
@@ -96,12 +91,7 @@ void PatternGraph::fold_constant(size_t i, int32_t v, const Arg& constant) {
 
 void PatternGraph::alias(size_t i, int32_t v, int32_t src) {
   for (size_t r : root_readers_[v]) {
-    for (Arg& a : g_.nodes[r].args) {
-      if (a.kind == Arg::Kind::kTensor && a.i == v) a.i = src;
-      if (a.kind == Arg::Kind::kTensorList) {
-        for (int64_t& id : a.ints) if (id == v) id = src;
-      }
-    }
+    rename_tensor_arg(g_.nodes[r], v, src);
     root_readers_[src].insert(r);
   }
   for (size_t r : readers_[v]) readers_[src].insert(r);
@@ -119,6 +109,19 @@ void PatternGraph::alias(size_t i, int32_t v, int32_t src) {
   taken_[i] = true;
 }
 
+void PatternGraph::rebase(int32_t v, int32_t base, const Layout& layout) {
+  const int32_t old_root = g_.root(v);
+  g_.values[v].base = base;
+  g_.values[v].layout = layout;
+  for (size_t r : readers_[v]) {
+    root_readers_[base].insert(r);
+    const std::vector<int32_t> ids = tensor_args(g_.nodes[r]);
+    if (std::none_of(ids.begin(), ids.end(), [&](int32_t id) { return g_.root(id) == old_root; })) {
+      root_readers_[old_root].erase(r);
+    }
+  }
+}
+
 void PatternGraph::remove(size_t i) {
   if (taken_[i]) throw CompileError("pattern pass: " + g_.describe_node(i) + " removed twice");
   taken_[i] = true;
@@ -130,14 +133,29 @@ bool PatternGraph::read_after_rewrite(int32_t v) const {
     if (!taken_[r]) return true;
   }
   for (const auto& [anchor, native] : replacements_) {
-    for (const Arg& a : native.args) {
-      if (a.kind == Arg::Kind::kTensor && g_.root(static_cast<int32_t>(a.i)) == root) return true;
-      if (a.kind == Arg::Kind::kTensorList) {
-        for (int64_t id : a.ints) if (id >= 0 && g_.root(static_cast<int32_t>(id)) == root) return true;
-      }
+    for (int32_t id : tensor_args(native)) {
+      if (g_.root(id) == root) return true;
     }
   }
   return false;
+}
+
+size_t PatternGraph::read_instead(int32_t v, int32_t src) {
+  const int32_t root = g_.root(v);
+  const size_t moved = readers_[v].size();
+  for (size_t r : readers_[v]) {
+    rename_tensor_arg(g_.nodes[r], v, src);
+    auto native = replacements_.find(r);
+    if (native != replacements_.end()) rename_tensor_arg(native->second, v, src);
+    readers_[src].insert(r);
+    root_readers_[g_.root(src)].insert(r);
+    const std::vector<int32_t> still = tensor_args(g_.nodes[r]);
+    if (std::none_of(still.begin(), still.end(), [&](int32_t id) { return g_.root(id) == root; })) {
+      root_readers_[root].erase(r);
+    }
+  }
+  readers_[v].clear();
+  return moved;
 }
 
 void PatternGraph::apply() {

@@ -50,6 +50,13 @@ class PatternGraph {
   // readers read `src`, its views view `src`'s buffer, a graph output of `v`
   // becomes `src`. `src` owns its buffer and only node `i` reads it.
   void alias(size_t i, int32_t v, int32_t src);
+  // The nodes reading value `v` itself (a view whose elements `src` holds in
+  // the same logical order) read `src` instead; `v` stays, for other views.
+  // Returns how many nodes it moved.
+  size_t read_instead(int32_t v, int32_t src);
+  // View `v` now views `base`'s buffer (an owning value defined before it)
+  // with `layout`; its readers move with it.
+  void rebase(int32_t v, int32_t base, const Layout& layout);
   // Removes node `i` (its results must have no readers left).
   void remove(size_t i);
   // A node not taken, or a replacement, reads `v` or its views.

@@ -189,8 +189,14 @@ std::optional<LastDimReduction> as_last_dim_reduction(const Graph& g, const Node
   if (dim < 0) dim += rank;
   if (rank == 0 || dim != rank - 1) return std::nullopt;
   if (!is_tile_float(in.layout.dtype) || !is_tile_float(out.layout.dtype)) return std::nullopt;
-  // dtype= converts the input first: only the output's own dtype is taken.
-  if (n.args.size() > 3 && n.args[3].kind != Arg::Kind::kNone) return std::nullopt;
+  // dtype= converts the input first. The interpreter loads into float32 and
+  // sums there, so float32 or the input's own type is what it does anyway
+  // (TRL's LM head sums its float32 tiles with dtype=torch.float32).
+  if (n.args.size() > 3 && n.args[3].kind != Arg::Kind::kNone) {
+    const std::optional<DType> to =
+        n.args[3].kind == Arg::Kind::kInt ? dtype_from_scalar_type(n.args[3].i) : std::nullopt;
+    if (!to || (*to != DType::kFloat32 && *to != in.layout.dtype) || *to != out.layout.dtype) return std::nullopt;
+  }
   const size_t out_rank = out.layout.sizes.size();
   if (out_rank != static_cast<size_t>(rank) && out_rank != static_cast<size_t>(rank - 1)) return std::nullopt;
   return LastDimReduction{kind, static_cast<int32_t>(n.args[0].i)};

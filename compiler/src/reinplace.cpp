@@ -21,18 +21,12 @@ const std::map<std::string_view, std::string_view>& inplace_variants() {
 }
 
 bool reads(const Graph& g, const Node& n, int32_t root) {
-  for (const Arg& a : n.args) {
-    if (a.kind == Arg::Kind::kTensor && g.root(static_cast<int32_t>(a.i)) == root) return true;
-    if (a.kind == Arg::Kind::kTensorList) {
-      for (int64_t id : a.ints) if (id >= 0 && g.root(static_cast<int32_t>(id)) == root) return true;
-    }
-  }
-  return false;
+  const std::vector<int32_t> ids = tensor_args(n);
+  return std::any_of(ids.begin(), ids.end(), [&](int32_t id) { return g.root(id) == root; });
 }
 
-// The view of `base` that slice_scatter (dim, start, end, step) or
-// select_scatter (dim, index) writes, as Python slicing normalizes the bounds;
-// nullopt for arguments it does not take.
+}  // namespace
+
 std::optional<Layout> scattered_view(const Node& n, const Layout& base) {
   const bool slice = n.op == "aten::slice_scatter.default";
   const size_t rank = base.sizes.size();
@@ -67,8 +61,6 @@ std::optional<Layout> scattered_view(const Node& n, const Layout& base) {
   view.strides[dim] = stride * step;
   return view;
 }
-
-}  // namespace
 
 bool writes_first_argument(const Node& n) {
   if (n.op == kCopyInto) return true;

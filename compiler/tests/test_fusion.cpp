@@ -2,6 +2,8 @@
 // is materialized.
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "graph_builder.hpp"
 #include "neuroncompiler/fusion.hpp"
 
@@ -85,6 +87,20 @@ TEST(Fusion, ReductionsOverOtherDimsAndIntArithmeticStayNodes) {
   const Schedule s = fuse(b.build());
   EXPECT_EQ(s.groups.size(), 0u);
   EXPECT_EQ(count(s, ScheduledStep::Kind::kNode), 2);
+}
+
+TEST(Fusion, AReductionToANarrowerTypeStaysANode) {
+  // sum(x, dtype=torch.float16) of float32 rounds each term first: not what
+  // the interpreter's float32 sum does. float32 or x's own type is taken.
+  for (const auto& [dtype, fused] : {std::pair{int64_t{5}, false}, std::pair{int64_t{6}, true}}) {
+    GraphBuilder b;
+    const int32_t x = b.input(DType::kFloat32, {4, 32});
+    const DType out = dtype == 5 ? DType::kFloat16 : DType::kFloat32;
+    b.output(b.node("aten::sum.dim_IntList", {T(x), Arg::int_list({-1}), Arg::boolean(false), Arg::integer(dtype)},
+                    out, {4}));
+    const Schedule s = fuse(b.build());
+    EXPECT_EQ(s.groups.size(), fused ? 1u : 0u) << "dtype " << dtype;
+  }
 }
 
 TEST(Fusion, DifferentShapesMakeDifferentGroups) {

@@ -94,6 +94,25 @@ TEST_P(EveryFloatType, TrailingReductions) {
   }
 }
 
+TEST_P(EveryFloatType, ReductionsToFloat32RunInTheGroup) {
+  // sum(x, -1, dtype=torch.float32) and mean(..., dtype=torch.float32) (TRL's
+  // LM head): the interpreter sums in float32 anyway, so the group takes them.
+  const DType t = GetParam();
+  for (const char* op : {"aten::sum.dim_IntList", "aten::mean.dim"}) {
+    GraphBuilder b;
+    const int32_t x = b.input(t, {5, 2300});
+    const int32_t y = b.input(t, {5, 2300});
+    const int32_t m = b.node("aten::mul.Tensor", {T(x), T(y)}, t, {5, 2300});
+    b.output(b.node(op, {T(m), Arg::int_list({-1}), Arg::boolean(false), Arg::integer(6)}, DType::kFloat32, {5}));
+    const Graph g = b.build();
+    SCOPED_TRACE(op);
+    const Program p = compile_graph(g);
+    ASSERT_EQ(p.steps.size(), 1u);
+    EXPECT_EQ(p.steps[0].kind, Step::Kind::kFused);
+    check(g);
+  }
+}
+
 TEST(Interpreter, AGroupIteratesInItsOutputsMemoryOrder) {
   // y = x.t().float() keeps x's strides (as eager's cast does): iterated in
   // memory order it is one contiguous run, not a stride of 40 at each element.

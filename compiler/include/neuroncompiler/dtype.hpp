@@ -20,6 +20,9 @@ constexpr int kNumDTypes = 12;
 std::string_view dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);
 int64_t dtype_size(DType t);
+// The type a dtype argument names: graphs pass c10::ScalarType's number, as
+// boxed calls carry it (6 float32, 15 bfloat16, ...); nullopt for another.
+std::optional<DType> dtype_from_scalar_type(int64_t code);
 
 // Floating types the tile interpreter computes (in float32).
 inline bool is_tile_float(DType t) {

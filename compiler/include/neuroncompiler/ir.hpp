@@ -84,6 +84,12 @@ struct Node {
   bool operator==(const Node&) const = default;
 };
 
+// The value ids a node reads: its tensor arguments and the tensors of its
+// tensor lists, in argument order (repeats kept, None skipped).
+std::vector<int32_t> tensor_args(const Node& n);
+// Makes every argument of `n` that names value `from` name `to` instead.
+void rename_tensor_arg(Node& n, int32_t from, int32_t to);
+
 struct Graph {
   std::vector<Value> values;       // ids are indices
   std::vector<int32_t> inputs;     // value ids, in call order

@@ -11,12 +11,19 @@
 // of all of `self` with the slice replaced.
 #pragma once
 
+#include <optional>
+
 #include "neuroncompiler/ir.hpp"
 
 namespace neuroncompiler {
 
 // Nodes rewritten.
 int reinplace(Graph& graph);
+
+// The view of `base` that slice_scatter (dim, start, end, step) or
+// select_scatter (dim, index) writes, as Python slicing normalizes the bounds;
+// nullopt for arguments it does not take.
+std::optional<Layout> scattered_view(const Node& scatter, const Layout& base);
 
 // Whether the node writes its first argument's buffer: an input mutation
 // (kCopyInto) or an in-place op with no outputs ("aten::index_put_...").
