@@ -621,6 +621,36 @@ def test_embedding_weight_gradient_is_made_in_the_planned_buffer(dtype):
         assert faults < 2000, f"{faults} page faults in a warm compiled step"
 
 
+def test_a_tied_embeddings_gradient_adds_its_rows_into_the_heads():
+    """A tied embedding (the head's weight is the embedding's, as in TRL's benchmark
+    model): its gradient is the head's product plus embedding_dense_backward. The
+    program adds the embedding's rows into the head's gradient in place: no
+    weight-sized fill, no add over the whole weight. Equal to eager (repeated tokens,
+    the padding row) and to CPU."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Embedding(4096, 64, padding_idx=3)
+    emb = copy.deepcopy(cpu).to("neuron")
+    ids = torch.tensor([[3, 7, 7, 4095], [0, 3, 9, 7]])
+
+    def f(module, ids):
+        logits = module(ids) @ module.weight.t()
+        return logits.logsumexp(-1).sum()
+
+    compiled = torch.compile(f, backend="neuron")
+    grads = []
+    for fn in (compiled, f):
+        emb.weight.grad = None
+        fn(emb, ids.to("neuron")).backward()
+        grads.append(emb.weight.grad.cpu())
+    f(cpu, ids).backward()
+    torch.testing.assert_close(grads[0], grads[1], **TOL)
+    torch.testing.assert_close(grads[0], cpu.weight.grad, **TOL)
+    prog = programs()["backward"]
+    assert prog["executor"] == "compiler", prog
+    assert "aten::embedding_dense_backward.default" not in prog["extern_ops"], prog["extern_ops"]
+    assert prog["native_kernels"] >= 1, prog
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_full_tensor_is_part_of_a_fused_group(dtype):
     """torch.full in the graph (aten::full) is a group member with no loads, not an extern call."""

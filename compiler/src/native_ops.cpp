@@ -1,11 +1,13 @@
 #include "neuroncompiler/native_ops.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "neuronkernels/attention.hpp"
@@ -248,6 +250,43 @@ void run_int_copy(const Operands& o) {
   });
 }
 
+void run_embedding_backward_add(const Operands& o) {
+  const int32_t self = o.arg_id(0), grad = o.arg_id(1), index = o.arg_id(2);
+  const int64_t padding = o.n.args.at(3).i;
+  const Layout &sl = o.layout(self), &gl = o.layout(grad), &il = o.layout(index);
+  const int64_t rows = sl.sizes.at(0), dim = sl.sizes.at(1);
+  auto* weight = static_cast<float*>(o.data(self));
+  const auto* g = static_cast<const float*>(o.data(grad));
+  const void* indices = o.data(index);
+  // Each token's row and where its gradient starts, in token order.
+  std::vector<std::pair<int64_t, int64_t>> tokens;
+  const std::array<std::vector<int64_t>, 2> strides{
+      il.strides, std::vector<int64_t>(gl.strides.begin(), gl.strides.end() - 1)};
+  for_each_element(il.sizes, strides, [&](const std::array<int64_t, 2>& off) {
+    const int64_t k = il.dtype == DType::kInt64 ? static_cast<const int64_t*>(indices)[off[0]]
+                                                 : static_cast<const int32_t*>(indices)[off[0]];
+    if (k < 0 || k >= rows) {
+      throw std::runtime_error("embedding_dense_backward: index " + std::to_string(k) +
+                               " is out of bounds for a weight of " + std::to_string(rows) + " rows");
+    }
+    if (k != padding) tokens.emplace_back(k, off[1]);
+  });
+  std::stable_sort(tokens.begin(), tokens.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const int64_t gs = gl.strides.back(), rs = sl.strides[0], cs = sl.strides[1];
+  std::vector<float> sum(static_cast<size_t>(dim));
+  for (size_t a = 0; a < tokens.size();) {
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    size_t b = a;
+    for (; b < tokens.size() && tokens[b].first == tokens[a].first; ++b) {
+      const float* row = g + tokens[b].second;
+      for (int64_t d = 0; d < dim; ++d) sum[d] += row[d * gs];
+    }
+    float* out = weight + tokens[a].first * rs;
+    for (int64_t d = 0; d < dim; ++d) out[d * cs] += sum[d];
+    a = b;
+  }
+}
+
 bool is_exact_int(DType t) { return t == DType::kInt64 || t == DType::kInt32; }
 
 // Whether `l` broadcasts (right-aligned) to `sizes`.
@@ -368,6 +407,7 @@ void run_native(const Program& p, const RunBuffers& b, const Step& s, const nk::
   if (op == kNativeRope) return run_rope(o, pf, false);
   if (op == kNativeRopeBackward) return run_rope(o, pf, true);
   if (op == kNativeIndexCopy) return run_index_copy(o);
+  if (op == kNativeEmbeddingBackwardAdd) return run_embedding_backward_add(o);
   if (op == kNativeIntAdd) return run_int_add(o);
   if (op == kNativeIntCopy) return run_int_copy(o);
   throw CompileError("unknown native op " + s.node.op);

@@ -90,8 +90,17 @@ void PatternGraph::fold_constant(size_t i, int32_t v, const Arg& constant) {
 }
 
 void PatternGraph::alias(size_t i, int32_t v, int32_t src) {
+  take_over(v, src);
+  root_readers_[src].erase(i);
+  readers_[src].erase(i);
+  taken_[i] = true;
+}
+
+void PatternGraph::take_over(int32_t v, int32_t src) {
   for (size_t r : root_readers_[v]) {
     rename_tensor_arg(g_.nodes[r], v, src);
+    auto native = replacements_.find(r);
+    if (native != replacements_.end()) rename_tensor_arg(native->second, v, src);
     root_readers_[src].insert(r);
   }
   for (size_t r : readers_[v]) readers_[src].insert(r);
@@ -104,9 +113,6 @@ void PatternGraph::alias(size_t i, int32_t v, int32_t src) {
   pinned_[src] = pinned_[src] || pinned_[v];
   root_readers_[v].clear();
   readers_[v].clear();
-  root_readers_[src].erase(i);
-  readers_[src].erase(i);
-  taken_[i] = true;
 }
 
 void PatternGraph::rebase(int32_t v, int32_t base, const Layout& layout) {

@@ -50,6 +50,10 @@ class PatternGraph {
   // readers read `src`, its views view `src`'s buffer, a graph output of `v`
   // becomes `src`. `src` owns its buffer and only node `i` reads it.
   void alias(size_t i, int32_t v, int32_t src);
+  // What reads or views `v`, or returns it, takes `src` instead (the same
+  // layout): a node writing `v`'s values into `src` in place stands for the
+  // one that computed `v`.
+  void take_over(int32_t v, int32_t src);
   // The nodes reading value `v` itself (a view whose elements `src` holds in
   // the same logical order) read `src` instead; `v` stays, for other views.
   // Returns how many nodes it moved.

@@ -490,6 +490,54 @@ double rounded(double v, DType t) {
   return r;
 }
 
+// ---- a tied embedding's weight gradient ---------------------------------------
+
+// add(base, embedding_dense_backward(grad, indices, rows, padding_idx, False)),
+// either order, alpha 1, float32, where base is an intermediate nothing else
+// reads (the LM head's weight gradient, when the embedding shares its weight):
+// the embedding's rows go into base in place (kNativeEmbeddingBackwardAdd), for
+// a weight-sized zero fill, the gradient's rows and a pass over three
+// weight-sized buffers. The sum's readers and the graph output read base.
+bool match_embedding_backward_add(PatternGraph& pg, size_t i) {
+  const Node& n = pg.node(i);
+  if (n.op != "aten::add.Tensor" || n.outputs.size() != 1 || n.outputs[0] < 0 || n.args.size() < 2 ||
+      !pg.is_tensor(n.args[0]) || !pg.is_tensor(n.args[1])) {
+    return false;
+  }
+  if (n.args.size() > 2 && !(n.args[2].kind == Arg::Kind::kNone || (n.args[2].is_scalar() && n.args[2].scalar() == 1.0))) {
+    return false;
+  }
+  const Graph& g = pg.graph();
+  const int32_t sum = n.outputs[0];
+  for (size_t side : {0u, 1u}) {
+    const int32_t e = pg.id(n.args[side]);
+    int32_t base = pg.id(n.args[1 - side]);
+    // A view that is its whole buffer (a transpose of a transposed product) is that buffer.
+    if (g.value(base).is_view() && g.value(base).layout == g.value(g.root(base)).layout) base = g.root(base);
+    const std::optional<size_t> producer = pg.producer(e);
+    if (!producer) continue;
+    const Node& emb = pg.node(*producer);
+    if (emb.op != "aten::embedding_dense_backward.default" || emb.args.size() != 5 || !pg.is_tensor(emb.args[0]) ||
+        !pg.is_tensor(emb.args[1]) || emb.args[3].kind != Arg::Kind::kInt || !emb.args[4].is_scalar() ||
+        emb.args[4].scalar() != 0 || !pg.only_read_by(e, {i}) || !pg.only_read_by(base, {i})) {
+      continue;
+    }
+    const Layout &bl = g.value(base).layout, &el = g.value(e).layout;
+    const Layout &gl = g.value(pg.id(emb.args[0])).layout, &il = g.value(pg.id(emb.args[1])).layout;
+    if (g.value(sum).is_view() || !(g.value(sum).layout == bl) || bl.dtype != DType::kFloat32 ||
+        bl.sizes.size() != 2 || el.sizes != bl.sizes || el.dtype != DType::kFloat32 || gl.dtype != DType::kFloat32 ||
+        (il.dtype != DType::kInt64 && il.dtype != DType::kInt32) || gl.sizes.size() != il.sizes.size() + 1 ||
+        gl.sizes.back() != bl.sizes[1] || !std::equal(il.sizes.begin(), il.sizes.end(), gl.sizes.begin())) {
+      continue;
+    }
+    Node native{std::string(kNativeEmbeddingBackwardAdd), {Arg::tensor(base), emb.args[0], emb.args[1], emb.args[3]}, {}};
+    pg.replace({*producer, i}, i, std::move(native));
+    pg.take_over(sum, base);
+    return true;
+  }
+  return false;
+}
+
 // scalar_tensor(v) (a 0-dim constant, as SDPA's mask conversion writes -inf and
 // 0) read only as an operand of pointwise nodes: the value becomes a constant
 // of those nodes (an immediate of their tiles) and the node disappears.
@@ -532,6 +580,8 @@ PatternReport rewrite_patterns(Graph& g, const PatternOptions& options) {
       ++report.rope;
     } else if (options.mixed_precision_gemm && match_upcast_matmul(pg, i)) {
       ++report.upcast_matmuls;
+    } else if (match_embedding_backward_add(pg, i)) {
+      ++report.embedding_grads;
     }
   }
   report.replaced_nodes = pg.replaced_nodes();

@@ -79,9 +79,8 @@ inline void fill_random(const Layout& l, void* data, std::mt19937& rng) {
   }
 }
 
-inline CompiledRun compile_and_run(const Graph& g, TestExterns* externs = nullptr, unsigned seed = 1,
-                           const neuronkernels::ParallelFor& pf = neuronkernels::serial_for,
-                           StepObserver* observer = nullptr) {
+// Compiles `g` and fills its inputs with random values (seeded), ready to run.
+inline CompiledRun compile_with_inputs(const Graph& g, unsigned seed = 1) {
   CompiledRun r;
   r.program = compile_graph(g);
   std::mt19937 rng(seed);
@@ -95,6 +94,13 @@ inline CompiledRun compile_and_run(const Graph& g, TestExterns* externs = nullpt
   for (auto& b : r.inputs) r.buffers.inputs.push_back(b.data());
   for (auto& b : r.outputs) r.buffers.outputs.push_back(b.data());
   r.buffers.arena = r.arena.data();
+  return r;
+}
+
+inline CompiledRun compile_and_run(const Graph& g, TestExterns* externs = nullptr, unsigned seed = 1,
+                           const neuronkernels::ParallelFor& pf = neuronkernels::serial_for,
+                           StepObserver* observer = nullptr) {
+  CompiledRun r = compile_with_inputs(g, seed);
   TestExterns none;
   run_program(r.program, r.buffers, externs ? *externs : none, pf, observer);
   return r;

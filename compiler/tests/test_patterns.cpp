@@ -435,3 +435,80 @@ TEST(Patterns, AnUpcastReadElsewhereStaysAndOtherTypesAreNotRewritten) {
   EXPECT_EQ(extern_step(half, "aten::addmm.dtype"), nullptr) << half.describe();
   EXPECT_NE(extern_step(half, "aten::addmm.default"), nullptr) << half.describe();
 }
+
+namespace {
+
+// base = x * 2 [10, 4]; e = embedding_dense_backward(grad [2, 3, 4], idx [2, 3], 10,
+// padding_idx, False); out = base + e (or e + base): a tied embedding's weight
+// gradient. With `base_output`, base is a graph output too.
+Graph embedding_grad_graph(bool base_first, bool base_output, int64_t padding_idx = 4) {
+  GraphBuilder b;
+  const int32_t x = b.input(DType::kFloat32, {10, 4});
+  const int32_t grad = b.input(DType::kFloat32, {2, 3, 4});
+  const int32_t idx = b.input(DType::kInt64, {2, 3});
+  const int32_t base = b.node("aten::mul.Tensor", {T(x), F(2.0)}, DType::kFloat32, {10, 4});
+  const int32_t e = b.node("aten::embedding_dense_backward.default",
+                           {T(grad), T(idx), Arg::integer(10), Arg::integer(padding_idx), Arg::boolean(false)},
+                           DType::kFloat32, {10, 4});
+  b.output(b.node("aten::add.Tensor", {T(base_first ? base : e), T(base_first ? e : base)}, DType::kFloat32, {10, 4}));
+  if (base_output) b.output(base);
+  return b.build();
+}
+
+// Runs `g`'s program on random floats and the token indices `rows`.
+CompiledRun run_with_indices(const Graph& g, const std::vector<int64_t>& rows) {
+  CompiledRun r = compile_with_inputs(g, 11);
+  std::memcpy(r.inputs[2].data(), rows.data(), rows.size() * sizeof(int64_t));
+  TestExterns none;
+  run_program(r.program, r.buffers, none);
+  return r;
+}
+
+int count_native(const Program& p, std::string_view op) {
+  int n = 0;
+  for (const Step& s : p.steps) n += s.kind == Step::Kind::kNative && s.node.op == op;
+  return n;
+}
+
+}  // namespace
+
+TEST(Patterns, ATiedEmbeddingsGradientAddsItsRowsInPlace) {
+  // Rows 7 and 1 twice (summed in token order first), row 4 the padding row
+  // (skipped), the others untouched: 2x plus each row's sum, as eager's
+  // zero-filled gradient plus the add.
+  const std::vector<int64_t> rows{7, 1, 4, 7, 0, 1};
+  for (bool base_first : {true, false}) {
+    const Graph g = embedding_grad_graph(base_first, false);
+    const CompiledRun r = run_with_indices(g, rows);
+    EXPECT_EQ(count_native(r.program, kNativeEmbeddingBackwardAdd), 1) << r.program.describe();
+    for (const Step& s : r.program.steps) EXPECT_NE(s.node.op, "aten::embedding_dense_backward.default");
+    const auto* x = static_cast<const float*>(r.buffers.inputs[0]);
+    const auto* grad = static_cast<const float*>(r.buffers.inputs[1]);
+    const std::vector<double> out = r.output(0);
+    for (int64_t k = 0; k < 10; ++k) {
+      for (int64_t d = 0; d < 4; ++d) {
+        float sum = 0.0f;
+        for (size_t t = 0; t < rows.size(); ++t) {
+          if (rows[t] == k && k != 4) sum += grad[t * 4 + d];
+        }
+        const float want = x[k * 4 + d] * 2.0f + sum;
+        EXPECT_EQ(static_cast<float>(out[k * 4 + d]), want) << "row " << k << " column " << d;
+      }
+    }
+  }
+}
+
+TEST(Patterns, AnEmbeddingsGradientAddedToAValueReadElsewhereStays) {
+  const Program p = compile_graph(embedding_grad_graph(true, true));
+  EXPECT_EQ(count_native(p, kNativeEmbeddingBackwardAdd), 0) << p.describe();
+}
+
+TEST(Patterns, AnIndexPastTheEmbeddingsRowsIsAnErrorNamingIt) {
+  try {
+    run_with_indices(embedding_grad_graph(true, false), {7, 1, 4, 12, 0, 1});
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("index 12 is out of bounds for a weight of 10 rows"), std::string::npos)
+        << e.what();
+  }
+}

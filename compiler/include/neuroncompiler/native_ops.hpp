@@ -34,6 +34,15 @@ inline constexpr std::string_view kNativeRopeBackward = "neuron::rope_backward";
 // along dim, as index_copy_ and index_put_ with one index tensor do.
 inline constexpr std::string_view kNativeIndexCopy = "neuron::index_copy_";
 
+// args (self, grad, indices, padding_idx i); no outputs: self +=
+// embedding_dense_backward(grad, indices, rows, padding_idx) in place, float32,
+// without scaling by frequency (a tied embedding's weight gradient: the LM
+// head's plus the embedding's). Each row's gradient is summed from zero in
+// token order, then added into self's row, as the eager kernel
+// (csrc/aten/native/Compat.cpp) and the add compute it; the rows no token
+// reads are not touched.
+inline constexpr std::string_view kNativeEmbeddingBackwardAdd = "neuron::embedding_backward_add_";
+
 // args (a tensor|int, b tensor|int, alpha i, subtract b); outputs (out): exact
 // integer a + alpha * b (or a - alpha * b) in out's dtype (int64 or int32),
 // operands broadcast to out's shape. A KV cache's position arithmetic

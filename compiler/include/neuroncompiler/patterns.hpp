@@ -13,7 +13,10 @@
 //  - mm / addmm of bfloat16 operands cast to float32: ATen's mm.dtype /
 //    addmm.dtype (out_dtype float32) of the bfloat16 operands, one
 //    mixed-precision GEMM (an extern call, csrc/aten/native/UpcastGemm.h),
-//    where the target has one (PatternOptions).
+//    where the target has one (PatternOptions);
+//  - a tied embedding's weight gradient, an intermediate plus
+//    embedding_dense_backward: the embedding's rows added into the
+//    intermediate in place.
 // A subgraph is replaced only when its intermediate values are read by
 // nothing else, are not graph outputs, and the kernels take its layouts and
 // types; otherwise its nodes stay as they are (fused groups, extern calls).
@@ -26,6 +29,7 @@ namespace neuroncompiler {
 struct PatternReport {
   int attention = 0, norms = 0, rope = 0;
   int upcast_matmuls = 0;  // mm / addmm of bfloat16 operands cast to float32: one mixed-precision GEMM
+  int embedding_grads = 0; // x + embedding_dense_backward(...): the rows added into x in place
   int folded = 0;          // scalar_tensor constants folded into their pointwise readers
   int replaced_nodes = 0;  // graph nodes now inside native ops
 };
